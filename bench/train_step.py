@@ -1,0 +1,240 @@
+"""Benchmark: our jitted GRPO train step vs the same loss written in PyTorch, on SmolLM2-135M.
+
+Both sides take one optimiser step (AdamW) on the same batch (``--batch`` sequences of ``--length``
+tokens: a ``--prompt``-token prompt + completion, loss on the completion) with the same loss: clipped
+ratio x truncated importance weight vs sampler log-probs, k3 KL to a reference copy of the weights
+(beta 0.03, reference forward included), token-mean aggregation, grad-norm clip 1.0, entropy logged.
+Each variant runs in its own subprocess, one after another, so peak RSS is per variant:
+
+    .venv/bin/python bench/train_step.py                 # jax/torch x fp32/bf16, prints the ratios
+    .venv/bin/python bench/train_step.py --variants jax-fp32 torch-fp32 --steps 2
+    .venv/bin/python bench/train_step.py --trainer-step  # phase shares of one real SmolLM2 trainer step
+
+The weights are the bundled SmolLM2-135M-Instruct GGUF, exported once to an HF directory that both
+sides load (``$JAXDEBATE_CACHE/bench-smollm2-hf``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = ("jax-fp32", "torch-fp32", "jax-bf16", "torch-bf16")
+CLIP, CAP, BETA = 0.2, 2.0, 0.03
+
+
+def rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+
+
+def hf_dir() -> Path:
+    """SmolLM2 as an HF directory (exported by our loader once, then reused)."""
+    from jaxdebate.model.sources import cache_dir
+
+    out = cache_dir() / "bench-smollm2-hf"
+    if not (out / "config.json").is_file():
+        from jaxdebate.model import export_hf, load, load_tokenizer
+
+        params, config = load("smollm2")
+        export_hf(params, config, out, tokenizer=load_tokenizer("smollm2"))
+    return out
+
+
+def make_batch(batch: int, length: int, prompt: int, seed: int = 0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(10, 49000, size=(batch, length)).astype(np.int32)
+    loss_mask = np.zeros((batch, length), bool)
+    loss_mask[:, prompt:] = True
+    sampler_lp = np.where(loss_mask, rng.normal(-2.0, 0.5, (batch, length)), 0.0).astype(np.float32)
+    adv = rng.normal(size=(batch,)).astype(np.float32)
+    return tokens, loss_mask, sampler_lp, adv
+
+
+# --------------------------------------------------------------------------------------------- jax
+
+
+def run_jax(args) -> dict:
+    import jax
+    import numpy as np
+
+    from jaxdebate.config import LossConfig, OptimizerConfig
+    from jaxdebate.model import load
+    from jaxdebate.rl.batching import Sample, make_microbatches
+    from jaxdebate.rl.grpo import Learner
+
+    dtype = "bfloat16" if args.variant.endswith("bf16") else "float32"
+    params, config = load(str(hf_dir()), dtype=dtype, remat=args.remat)
+    tokens, loss_mask, sampler_lp, adv = make_batch(args.batch, args.length, args.prompt)
+    samples = [Sample(tokens[i, :args.prompt], tokens[i, args.prompt:], sampler_lp[i, args.prompt:], adv[i])
+               for i in range(args.batch)]
+    mbs, _ = make_microbatches(samples, max_len=args.length, rows_cap=args.batch,
+                               max_tokens=args.batch * args.length, aggregation="token")
+    assert len(mbs) == 1 and mbs[0]["tokens"].shape == (args.batch, args.length)
+    learner = Learner(config, LossConfig(beta=BETA, clip_eps=CLIP, importance_weight_cap=CAP),
+                      OptimizerConfig(peak_lr=1e-6, end_lr=1e-6, grad_clip=1.0), 100)
+    state = learner.init_state(params)
+    base = rss_gb()
+    t0 = time.perf_counter()
+    state, m = learner.update(state, mbs)
+    jax.block_until_ready(state.params)
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        state, m = learner.update(state, mbs)
+        jax.block_until_ready(state.params)
+        times.append(time.perf_counter() - t0)
+    return {"first_step_s": first, "step_s": float(np.median(times)), "loss": m["loss"],
+            "rss_after_load_gb": base, "peak_rss_gb": rss_gb()}
+
+
+# ------------------------------------------------------------------------------------------- torch
+
+
+def run_torch(args) -> dict:
+    import numpy as np
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    bf16 = args.variant.endswith("bf16")
+    model = LlamaForCausalLM.from_pretrained(str(hf_dir()), torch_dtype=torch.float32)
+    ref = LlamaForCausalLM.from_pretrained(str(hf_dir()), torch_dtype=torch.float32).eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.0)
+    tokens, loss_mask, sampler_lp, adv = (torch.from_numpy(x) for x in make_batch(args.batch, args.length, args.prompt))
+    tokens = tokens.long()
+    mask = loss_mask[:, 1:].float()
+    adv_t = adv[:, None]
+    smp = sampler_lp[:, 1:]
+
+    def token_lp(m, with_entropy):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = m(input_ids=tokens).logits[:, :-1].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        lp = logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)
+        ent = -(logp.exp() * logp).sum(-1) if with_entropy else None
+        return lp, ent
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            ref_lp, _ = token_lp(ref, False)
+        lp, ent = token_lp(model, True)
+        old = lp.detach()
+        ratio = torch.exp(lp - old)
+        pg = -torch.minimum(ratio * adv_t, torch.clamp(ratio, 1 - CLIP, 1 + CLIP) * adv_t)
+        w = torch.clamp(torch.exp(old - smp), max=CAP)
+        log_r = ref_lp - lp
+        kl = torch.exp(log_r) - log_r - 1
+        loss = ((w * pg + BETA * kl) * mask).sum() / mask.sum()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        _ = float((ent.detach() * mask).sum() / mask.sum())
+        return float(loss)
+
+    base = rss_gb()
+    t0 = time.perf_counter()
+    loss = step()
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        loss = step()
+        times.append(time.perf_counter() - t0)
+    return {"first_step_s": first, "step_s": float(np.median(times)), "loss": loss,
+            "rss_after_load_gb": base, "peak_rss_gb": rss_gb(), "threads": torch.get_num_threads()}
+
+
+# ------------------------------------------------------------------------------------ trainer step
+
+
+def trainer_step(args) -> None:
+    """One real step of configs/coma.py on SmolLM2 (sampling, learning, sync), phase shares printed."""
+    from jaxdebate.metrics import read_metrics
+
+    with tempfile.TemporaryDirectory(prefix="bench-trainer-") as workdir:
+        cmd = [sys.executable, "-m", "jaxdebate.launch", "--config", "configs/coma.py", "--workdir", workdir,
+               "--set", "training.total_train_steps=1", "training.export_every_steps=1",
+               "training.validation_every_steps=0", "training.checkpoint_every_steps=0",
+               f"sampler.max_new_tokens={args.max_new_tokens}", "logging.progress_bar=false",
+               *args.set]
+        print("$", " ".join(cmd), flush=True)
+        t0 = time.perf_counter()
+        subprocess.run(cmd, cwd=ROOT, check=True)
+        wall = time.perf_counter() - t0
+        (record,) = [r for r in read_metrics(workdir) if r["step"] == 1]
+    phases = {k[5:]: v for k, v in record.items() if k.startswith("time/") and k != "time/step"}
+    total = record["time/step"]
+    print(f"\none trainer step of configs/coma.py: {total:.1f} s (process wall {wall:.1f} s incl. loading)")
+    for name, value in sorted(phases.items(), key=lambda kv: -kv[1]):
+        note = " (inside sampling+learning)" if name == "compile" else ""
+        print(f"  {name:<12} {value:8.1f} s  {100 * value / total:5.1f} %{note}")
+    keys = ("train/completion_tokens_mean", "batch/samples", "batch/sequence_tokens", "learner/tokens",
+            "throughput/sampled_tokens_per_s", "throughput/learner_tokens_per_s")
+    print("  " + ", ".join(f"{k}={record[k]:.1f}" for k in keys if k in record))
+
+
+# -------------------------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # child process
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--length", type=int, default=512)
+    parser.add_argument("--prompt", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=2, help="timed steps after the first (median)")
+    parser.add_argument("--remat", default="none", choices=("none", "full", "dots"))
+    parser.add_argument("--trainer-step", action="store_true")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--set", nargs="*", default=[], help="extra overrides for --trainer-step")
+    args = parser.parse_args()
+
+    if args.trainer_step:
+        trainer_step(args)
+        return
+    if args.variant:
+        result = (run_jax if args.variant.startswith("jax") else run_torch)(args)
+        print("RESULT " + json.dumps(result), flush=True)
+        return
+
+    hf_dir()  # export once, before any timed child
+    tokens = args.batch * args.length
+    results = {}
+    for variant in args.variants:
+        cmd = [sys.executable, __file__, "--variant", variant, "--batch", str(args.batch), "--length",
+               str(args.length), "--prompt", str(args.prompt), "--steps", str(args.steps), "--remat", args.remat]
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ))
+        lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+        if out.returncode or not lines:
+            print(f"{variant} failed:\n{out.stderr[-3000:]}", file=sys.stderr)
+            continue
+        results[variant] = json.loads(lines[-1][7:])
+        r = results[variant]
+        print(f"{variant:<11} step {r['step_s']:7.2f} s  {tokens / r['step_s']:7.1f} tokens/s  first step "
+              f"{r['first_step_s']:7.2f} s  peak RSS {r['peak_rss_gb']:5.2f} GB (after load "
+              f"{r['rss_after_load_gb']:.2f})  loss {r['loss']:.5f}", flush=True)
+    for precision in ("fp32", "bf16"):
+        ours, peer = results.get(f"jax-{precision}"), results.get(f"torch-{precision}")
+        if ours and peer:
+            print(f"{precision}: ours/torch tokens/s = {peer['step_s'] / ours['step_s']:.2f}x, "
+                  f"peak RSS ours/torch = {ours['peak_rss_gb'] / peer['peak_rss_gb']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

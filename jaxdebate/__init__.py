@@ -1,0 +1,1 @@
+"""jaxdebate: RL for language models in multi-agent debate."""

@@ -1,0 +1,354 @@
+"""Compare strategies across a sweep: curves (mean ± std over seeds), final-accuracy table, PNG plots.
+
+    python -m jaxdebate.analysis runs/sweep --out runs/sweep/plots
+
+A sweep directory holds one workdir per run (``<strategy>-seed<seed>``, each with ``metrics.jsonl``);
+:mod:`jaxdebate.sweep` makes them, but any directories of runs laid out that way work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxdebate.metrics import METRICS_FILE, read_metrics
+
+# Metric names written by the trainer (jaxdebate.rl.trainer) that the comparison plots use.
+REWARD_RAW = "train/reward/raw/mean"
+REWARD_SHAPED = "train/reward/shaped/mean"
+ZERO_ADVANTAGE = "train/zero_advantage_fraction"
+KL = "learner/kl"
+VAL_DEBATE = "val/accuracy/debate"
+VAL_AGENT_PREFIX = "val/accuracy/agent_"
+VAL_ALL = "val/accuracy"
+
+
+@dataclasses.dataclass
+class Run:
+    """One run of a sweep: its name, strategy, seed, directory and metric records."""
+
+    name: str
+    strategy: str
+    seed: int | None
+    workdir: Path
+    records: list[dict[str, Any]]
+    state: dict[str, Any]
+
+    def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(steps, values)`` of one metric over the run (records without it are skipped)."""
+        points = [(r["step"], _number(r[key])) for r in self.records if key in r and "step" in r]
+        points = [(s, v) for s, v in points if v is not None]
+        if not points:
+            return np.zeros(0, dtype=int), np.zeros(0)
+        steps, values = zip(*points)
+        return np.asarray(steps, dtype=int), np.asarray(values, dtype=float)
+
+    def keys(self) -> set[str]:
+        return {k for r in self.records for k in r}
+
+
+def _number(x: Any) -> float | None:
+    if isinstance(x, bool) or x is None:
+        return None
+    if isinstance(x, (int, float)):
+        return float(x)
+    try:  # NaN/inf are stored as strings
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _split_name(name: str) -> tuple[str, int | None]:
+    strategy, sep, seed = name.rpartition("-seed")
+    if sep and seed.isdigit():
+        return strategy, int(seed)
+    return name, None
+
+
+def load_run(workdir: str | Path) -> Run:
+    """One run directory (``metrics.jsonl`` and, when made by the sweep, ``run.json``)."""
+    workdir = Path(workdir)
+    state_path = workdir / "run.json"
+    state = json.loads(state_path.read_text()) if state_path.is_file() else {}
+    name = state.get("name", workdir.name)
+    strategy, seed = _split_name(name)
+    if state.get("seed") is not None:
+        seed = int(state["seed"])
+    records = read_metrics(workdir) if (workdir / METRICS_FILE).is_file() else []
+    return Run(name, strategy, seed, workdir, records, state)
+
+
+def load_sweep(sweep_dir: str | Path) -> list[Run]:
+    """Every run under ``sweep_dir`` (directories holding a metrics.jsonl or a run.json), sorted."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise FileNotFoundError(f"sweep directory not found: {sweep_dir}")
+    runs = [
+        load_run(d) for d in sorted(sweep_dir.iterdir())
+        if d.is_dir() and ((d / METRICS_FILE).is_file() or (d / "run.json").is_file())
+    ]
+    if not runs:
+        raise FileNotFoundError(f"no runs (directories with {METRICS_FILE}) under {sweep_dir}")
+    return runs
+
+
+def final_metrics(workdir: str | Path) -> dict[str, Any]:
+    """The last logged step and the last validation debate accuracy of one run ({} if none yet)."""
+    path = Path(workdir) / METRICS_FILE
+    if not path.is_file():
+        return {}
+    records = read_metrics(path)
+    out: dict[str, Any] = {"step": max((r.get("step", 0) for r in records), default=None)}
+    for r in reversed(records):
+        value = _number(r.get(VAL_DEBATE))
+        if value is not None:
+            out["accuracy"] = value
+            out["accuracy_step"] = r.get("step")
+            break
+    return out
+
+
+CANONICAL_ORDER = ("identity", "difference_rewards", "potential_based", "coma", "reward_mixing")
+
+
+def strategies(runs: Sequence[Run]) -> list[str]:
+    """Strategy names: the five of the experiment in DESIGN order, then any others as first seen."""
+    names = list(dict.fromkeys(r.strategy for r in runs))
+    rank = {name: i for i, name in enumerate(CANONICAL_ORDER)}
+    return sorted(names, key=lambda n: (rank.get(n, len(rank)), names.index(n)))
+
+
+def aggregate(runs: Sequence[Run], key: str) -> dict[str, dict[str, np.ndarray]]:
+    """Per strategy: ``steps``, ``mean``, ``std`` and ``n`` (seeds with a value) of one metric.
+
+    Steps are the union over seeds; at each step the mean/std are over the seeds that logged it.
+    """
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for strategy in strategies(runs):
+        per_seed = [r.series(key) for r in runs if r.strategy == strategy]
+        per_seed = [(s, v) for s, v in per_seed if len(s)]
+        if not per_seed:
+            continue
+        steps = np.unique(np.concatenate([s for s, _ in per_seed]))
+        table = np.full((len(per_seed), len(steps)), np.nan)
+        for i, (s, v) in enumerate(per_seed):
+            table[i, np.searchsorted(steps, s)] = v
+        n = np.sum(~np.isnan(table), axis=0)
+        with np.errstate(invalid="ignore"):
+            mean = np.nanmean(table, axis=0)
+            std = np.where(n > 1, np.nanstd(table, axis=0), 0.0)
+        out[strategy] = {"steps": steps, "mean": mean, "std": std, "n": n}
+    return out
+
+
+def final_accuracy_table(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """Per strategy: final validation accuracy (debate plurality, each agent, all turns), mean and
+    std over seeds, with the number of seeds that reached a validation."""
+    rows = []
+    for strategy in strategies(runs):
+        members = [r for r in runs if r.strategy == strategy]
+        row: dict[str, Any] = {"strategy": strategy, "seeds": len(members)}
+        keys = [VAL_DEBATE, VAL_ALL] + sorted(
+            {k for r in members for k in r.keys() if k.startswith(VAL_AGENT_PREFIX)}
+        )
+        for key in keys:
+            finals = []
+            for r in members:
+                _, values = r.series(key)
+                if len(values):
+                    finals.append(values[-1])
+            short = key.removeprefix("val/")
+            row[short] = float(np.mean(finals)) if finals else None
+            row[f"{short}/std"] = float(np.std(finals)) if len(finals) > 1 else (0.0 if finals else None)
+            row[f"{short}/n"] = len(finals)
+        rows.append(row)
+    return rows
+
+
+def format_accuracy_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The final-accuracy table as aligned text (mean ± std over seeds)."""
+    if not rows:
+        return "(no runs)"
+    metric_keys = list(dict.fromkeys(
+        k for r in rows for k in r
+        if k not in ("strategy", "seeds") and not k.endswith("/std") and not k.endswith("/n")
+    ))
+    header = ["strategy", "seeds"] + metric_keys
+    table = [header]
+    for r in rows:
+        cells = [r["strategy"], str(r["seeds"])]
+        for k in metric_keys:
+            mean, std = r.get(k), r.get(f"{k}/std")
+            cells.append("-" if mean is None or math.isnan(mean) else f"{mean:.3f} ± {std or 0:.3f}")
+        table.append(cells)
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def sample_transcript(workdir: str | Path, *, step: int | None = None, item: int = 0,
+                      temperature: float | None = None, seed: int = 0) -> str:
+    """Restore a run's policy from its orbax checkpoint and debate one held-out problem with it.
+
+    Uses the run's own config (agents, rounds, prompt, max tokens) and the in-process JAX sampler;
+    ``temperature`` defaults to the run's evaluation temperature. Returns the readable transcript.
+    """
+    from jaxdebate.checkpoint import load_policy
+    from jaxdebate.debate import Grader, run_debates
+    from jaxdebate.rl.trainer import make_sampler
+    from jaxdebate.sampling.base import SamplingParams
+
+    params, llama, tokenizer, config = load_policy(workdir, step)
+    train, val = config.data.load()
+    pool = val or train
+    chosen = pool[item % len(pool)]
+    sampler = make_sampler(dataclasses.replace(config, sampler=dataclasses.replace(config.sampler, backend="jax")),
+                           params, llama, tokenizer)
+    grader = Grader()
+    try:
+        t = config.sampler.eval_temperature if temperature is None else temperature
+        batch = run_debates(
+            sampler, tokenizer, [chosen], config=config.debate, n_rollouts=1,
+            sampling=SamplingParams(temperature=t, max_tokens=config.sampler.max_new_tokens, seed=seed),
+            grader=grader, env_name_remap=config.data.env_name_remap, seed=seed,
+        )
+    finally:
+        grader.close()
+        sampler.close()
+    return batch.transcript(0, 0)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Plots (matplotlib; each function returns the figure so notebooks display it)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _pyplot():
+    import matplotlib
+
+    if "matplotlib.pyplot" not in sys.modules and matplotlib.get_backend().lower() not in (
+        "module://matplotlib_inline.backend_inline",
+    ):
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+
+def plot_metric(runs: Sequence[Run], key: str, *, ax=None, title: str | None = None, linestyle: str = "-",
+                label_suffix: str = ""):
+    """One metric over training steps, one line per strategy (mean over seeds, band = ±1 std)."""
+    plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4))
+    curves = aggregate(runs, key)
+    for i, (strategy, c) in enumerate(curves.items()):
+        color = f"C{i}"
+        ax.plot(c["steps"], c["mean"], linestyle, color=color, marker="o", markersize=3,
+                label=f"{strategy}{label_suffix}")
+        if np.any(c["n"] > 1):
+            ax.fill_between(c["steps"], c["mean"] - c["std"], c["mean"] + c["std"], color=color, alpha=0.15)
+    ax.set_xlabel("training step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(title or key)
+    ax.grid(alpha=0.3)
+    if curves:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, f"no data for {key}", ha="center", va="center", transform=ax.transAxes)
+    return ax.figure
+
+
+def plot_rewards(runs: Sequence[Run]):
+    """Training reward per strategy: raw correctness (left) and shaped reward (right)."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    plot_metric(runs, REWARD_RAW, ax=left, title="training reward (raw correctness)")
+    plot_metric(runs, REWARD_SHAPED, ax=right, title="training reward (shaped)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_validation(runs: Sequence[Run]):
+    """Validation accuracy per strategy: debate plurality (left) and each agent (right)."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    plot_metric(runs, VAL_DEBATE, ax=left, title="validation accuracy (debate plurality)")
+    agent_keys = sorted({k for r in runs for k in r.keys() if k.startswith(VAL_AGENT_PREFIX)})
+    styles = ["-", "--", ":", "-."]
+    curves_drawn = False
+    for j, key in enumerate(agent_keys):
+        if aggregate(runs, key):
+            curves_drawn = True
+        plot_metric(runs, key, ax=right, linestyle=styles[j % len(styles)],
+                    label_suffix=f" / agent {key.removeprefix(VAL_AGENT_PREFIX)}",
+                    title="validation accuracy per agent")
+    if not curves_drawn:
+        plot_metric(runs, f"{VAL_AGENT_PREFIX}0", ax=right, title="validation accuracy per agent")
+    fig.tight_layout()
+    return fig
+
+
+def plot_training_signal(runs: Sequence[Run]):
+    """Zero-advantage fraction (groups filtered for carrying no signal) and KL to the reference."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    plot_metric(runs, ZERO_ADVANTAGE, ax=left, title="zero-advantage fraction")
+    plot_metric(runs, KL, ax=right, title="KL to reference (k3)")
+    fig.tight_layout()
+    return fig
+
+
+PLOTS = {
+    "rewards.png": plot_rewards,
+    "validation_accuracy.png": plot_validation,
+    "training_signal.png": plot_training_signal,
+}
+
+
+def write_plots(sweep_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
+    """Write every comparison plot of a sweep as PNG files (default ``<sweep_dir>/plots``)."""
+    plt = _pyplot()
+    runs = load_sweep(sweep_dir)
+    out = Path(out_dir) if out_dir else Path(sweep_dir) / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, fn in PLOTS.items():
+        fig = fn(runs)
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        paths.append(out / name)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jaxdebate.analysis", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweep_dir", help="directory with one run directory per strategy × seed")
+    parser.add_argument("--out", default=None, help="where to write the PNG files (default SWEEP_DIR/plots)")
+    args = parser.parse_args(argv)
+    try:
+        runs = load_sweep(args.sweep_dir)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"analysis: {e}", file=sys.stderr)
+        return 2
+    print(format_accuracy_table(final_accuracy_table(runs)))
+    for path in write_plots(args.sweep_dir, args.out):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

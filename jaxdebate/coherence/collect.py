@@ -1,0 +1,138 @@
+"""Collect every arm's trajectory for N questions through the Sampler interface, score them, and
+append one JSONL record per question (resumable: finished questions are skipped).
+
+``questions_per_batch`` questions × all arms go to the sampler in one ``generate`` call, each prompt
+with its own SamplingParams (the arm's temperature and per-question seed). Record layout::
+
+    {"id", "index", "question", "gold", "scores": {"s_end", "s_path", "s_cf"},
+     "trajectories": [{"arm_name", "role", "persona", "temperature", "seed", "question", "text",
+                       "answer", "answer_class", "correct", "tokens", "n_tokens", "finish_reason",
+                       "conciseness", "alignment", "quality", "reward"}, ...]}
+
+``answer`` is the extracted final answer (``Answer: …``, ``#### …`` or ``\\boxed{…}``), and
+``answer_class`` groups equivalent answers of one question (the agreement unit of the scores).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from jaxdebate.coherence import jsonl
+from jaxdebate.coherence.arms import Arm, arm_messages, arm_seed, transform_question
+from jaxdebate.coherence.config import CollectConfig, ScoreConfig
+from jaxdebate.coherence.scores import score_question
+from jaxdebate.data import Item
+from jaxdebate.debate.answers import extract_answer
+from jaxdebate.debate.classes import answer_classes_many
+from jaxdebate.sampling.base import Completion, Sampler, SamplingParams
+
+
+def requests(
+    batch: Sequence[tuple[int, Item]], arms: Sequence[Arm], tokenizer: Any, *, top_p: float, max_tokens: int
+) -> tuple[list[list[int]], list[SamplingParams]]:
+    """Prompt token ids and SamplingParams for every (question, arm), question-major."""
+    prompts, params = [], []
+    for index, item in batch:
+        for arm in arms:
+            prompts.append(tokenizer.encode_chat(arm_messages(arm, item.problem)))
+            params.append(SamplingParams(
+                temperature=arm.temperature, top_p=top_p, max_tokens=max_tokens, n=1,
+                seed=arm_seed(arm, index),
+            ))
+    return prompts, params
+
+
+def build_records(
+    batch: Sequence[tuple[int, Item]],
+    arms: Sequence[Arm],
+    completions: Sequence[Completion],
+    equivalent_many: Any,
+    scores: ScoreConfig,
+) -> list[dict[str, Any]]:
+    """Grade, group and score the completions of a batch (``len(batch) × len(arms)``, question-major)."""
+    n_arms = len(arms)
+    groups = []
+    for q, (_, item) in enumerate(batch):
+        texts = [c.text for c in completions[q * n_arms:(q + 1) * n_arms]]
+        groups.append(([extract_answer(t) for t in texts], item.answer))
+    classes = answer_classes_many(groups, equivalent_many)
+    records = []
+    for q, ((index, item), cls) in enumerate(zip(batch, classes)):
+        comps = completions[q * n_arms:(q + 1) * n_arms]
+        answers = groups[q][0]
+        keys = [v if v >= 0 else None for v in cls.votes]
+        sc = score_question(
+            keys, [c.text for c in comps], [len(c.token_ids) for c in comps], list(cls.correct),
+            [a.role for a in arms], path_length_weight=scores.path_length_weight,
+            conciseness_weight=scores.conciseness_weight, coherence_weight=scores.coherence_weight,
+        )
+        trajectories = [
+            {
+                "arm_name": arm.name, "role": arm.role, "persona": arm.persona, "temperature": arm.temperature,
+                "seed": arm_seed(arm, index), "question": transform_question(item.problem, arm.transform),
+                "text": c.text, "answer": answer, "answer_class": key, "correct": bool(ok),
+                "tokens": list(c.token_ids), "n_tokens": len(c.token_ids), "finish_reason": c.finish_reason,
+                "conciseness": sc.conciseness[i], "alignment": sc.alignment[i], "quality": sc.quality[i],
+                "reward": sc.reward[i],
+            }
+            for i, (arm, c, answer, key, ok) in enumerate(zip(arms, comps, answers, keys, cls.correct))
+        ]
+        records.append({
+            "id": item.id, "index": index, "question": item.problem, "gold": item.answer,
+            "scores": {"s_end": sc.s_end, "s_path": sc.s_path, "s_cf": sc.s_cf},
+            "trajectories": trajectories,
+        })
+    return records
+
+
+def collect(
+    items: Sequence[Item],
+    sampler: Sampler,
+    tokenizer: Any,
+    grader: Any,
+    out_path: str | Path,
+    collect_cfg: CollectConfig,
+    score_cfg: ScoreConfig,
+    *,
+    top_p: float = 1.0,
+    max_tokens: int = 384,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Sample, grade, score and append records for the items not yet in ``out_path``; return stats."""
+    from tqdm.auto import tqdm
+
+    out_path = Path(out_path)
+    done = jsonl.finished_keys(out_path)
+    size = collect_cfg.questions_per_batch
+    # Batches are fixed slices of the item list: a resumed run regenerates an unfinished slice with
+    # exactly the same requests (prompt order included), so its samples are the same as the first time.
+    chunks = [list(enumerate(items))[s:s + size] for s in range(0, len(items), size)]
+    chunks = [c for c in chunks if any(it.id not in done for _, it in c)]
+    arms = collect_cfg.arms
+    skipped = sum(it.id in done for it in items)
+    stats = {"questions": len(items), "skipped": skipped, "collected": 0, "completions": 0,
+             "tokens": 0, "seconds_sampling": 0.0, "seconds_grading": 0.0}
+    bar = tqdm(total=len(items), initial=skipped, desc="collect", unit="q", disable=not progress,
+               dynamic_ncols=True)
+    try:
+        for batch in chunks:
+            prompts, params = requests(batch, arms, tokenizer, top_p=top_p, max_tokens=max_tokens)
+            t0 = time.perf_counter()
+            completions = [c[0] for c in sampler.generate(prompts, params)]
+            t1 = time.perf_counter()
+            records = build_records(batch, arms, completions, grader.equivalent_many, score_cfg)
+            stats["seconds_grading"] += time.perf_counter() - t1
+            stats["seconds_sampling"] += t1 - t0
+            new = [r for r in records if r["id"] not in done]
+            jsonl.append_records(out_path, new)
+            stats["collected"] += len(new)
+            stats["completions"] += len(completions)
+            stats["tokens"] += sum(len(c.token_ids) for c in completions)
+            bar.update(len(new))
+            bar.set_postfix(tok_s=f"{stats['tokens'] / max(stats['seconds_sampling'], 1e-9):.0f}")
+    finally:
+        bar.close()
+    return stats

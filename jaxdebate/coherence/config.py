@@ -1,0 +1,184 @@
+"""Typed, frozen configuration of the coherence DPO pipeline, validated when built.
+
+Sections: ``model``, ``sampler`` and ``logging`` (shared with the RL experiment, :mod:`jaxdebate.config`;
+of ``sampler`` the pipeline uses ``backend``, ``top_p``, ``max_new_tokens`` and ``eval_temperature`` —
+``temperature`` is ignored because every arm sets its own), ``data``,
+``collect`` (arms and sampling), ``scores``, ``pairs``, ``lora``, ``dpo``, ``eval``. Every section
+type-checks its fields (the :class:`jaxdebate.config.Section` mixin) and raises ``ConfigError`` naming
+``section.field``; ``jaxdebate.config.to_dict`` is the serialised form and ``load_config`` reads
+``configs/coherence.py`` with ``section.field=value`` overrides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar, Literal
+
+from jaxdebate.coherence.arms import Arm, default_arms, validate_arms
+from jaxdebate.coherence.lora import TARGET_MODULES
+from jaxdebate.config import LoggingConfig, ModelConfig, SamplerConfig, Section
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig(Section):
+    """Training questions (first ``n_questions`` of ``train``) and evaluation items (``eval``), each a
+    dataset name known to :func:`jaxdebate.data.load_items` or a JSONL path."""
+
+    _name: ClassVar[str] = "data"
+    train: str = "gsm8k_train"
+    n_questions: int = 500
+    eval: str = "gsm8k_platinum"
+    eval_limit: int | None = None
+
+    def validate(self) -> None:
+        if self.n_questions < 1:
+            self._fail("n_questions", "must be >= 1")
+        if self.eval_limit is not None and self.eval_limit < 1:
+            self._fail("eval_limit", "must be >= 1 or None")
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectConfig(Section):
+    """The arms; ``questions_per_batch × len(arms)`` prompts go to the sampler in one call (each arm
+    with its own temperature and seed; ``sampler.top_p`` and ``sampler.max_new_tokens`` apply to all)."""
+
+    _name: ClassVar[str] = "collect"
+    arms: tuple[Arm, ...] = dataclasses.field(default_factory=default_arms)
+    questions_per_batch: int = 4
+
+    def __post_init__(self) -> None:
+        arms = self.arms if isinstance(self.arms, (tuple, list)) else ()
+        object.__setattr__(self, "arms", tuple(Arm(**a) if isinstance(a, dict) else a for a in arms) or self.arms)
+        super().__post_init__()
+
+    def validate(self) -> None:
+        validate_arms(self.arms)
+        if self.questions_per_batch < 1:
+            self._fail("questions_per_batch", "must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreConfig(Section):
+    """Weights of the score formulas (see :mod:`jaxdebate.coherence.scores`)."""
+
+    _name: ClassVar[str] = "scores"
+    path_length_weight: float = 0.4
+    conciseness_weight: float = 0.4
+    coherence_weight: float = 0.2
+
+    def validate(self) -> None:
+        for name in ("path_length_weight", "conciseness_weight"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                self._fail(name, "must be in [0, 1]")
+        if self.coherence_weight < 0:
+            self._fail("coherence_weight", "must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class PairConfig(Section):
+    """Pairing rules (see :mod:`jaxdebate.coherence.pairs`)."""
+
+    _name: ClassVar[str] = "pairs"
+    quality_gap: float = 0.01
+    max_correctness_pairs_per_question: int = 8
+    max_coherence_pairs_per_question: int = 4
+    include_probes: bool = True
+    allow_truncated_chosen: bool = False
+
+    def validate(self) -> None:
+        if self.quality_gap < 0:
+            self._fail("quality_gap", "must be >= 0")
+        for name in ("max_correctness_pairs_per_question", "max_coherence_pairs_per_question"):
+            if getattr(self, name) < 0:
+                self._fail(name, "must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraConfig(Section):
+    """LoRA adapter: rank ``r``, scaling ``alpha / r``, target modules by their HF names."""
+
+    _name: ClassVar[str] = "lora"
+    rank: int = 16
+    alpha: float = 32.0
+    targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+    def validate(self) -> None:
+        if self.rank < 1:
+            self._fail("rank", "must be >= 1")
+        if not self.alpha > 0:
+            self._fail("alpha", "must be > 0")
+        unknown = sorted(set(self.targets) - set(TARGET_MODULES))
+        if not self.targets or unknown or len(set(self.targets)) != len(self.targets):
+            self._fail("targets", f"must be distinct module names from {list(TARGET_MODULES)}")
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.rank
+
+
+@dataclasses.dataclass(frozen=True)
+class DPOConfig(Section):
+    """DPO optimisation. One update sees ``batch_size × grad_accumulation`` pairs."""
+
+    _name: ClassVar[str] = "dpo"
+    beta: float = 0.1
+    learning_rate: float = 5e-5
+    epochs: int = 3
+    batch_size: int = 2
+    grad_accumulation: int = 2
+    schedule: Literal["constant", "linear", "cosine"] = "linear"
+    warmup_ratio: float = 0.0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    max_length: int = 1024
+    length_bucket: int = 64
+    seed: int = 42
+
+    def validate(self) -> None:
+        for name in ("beta", "learning_rate", "max_grad_norm"):
+            if not getattr(self, name) > 0:
+                self._fail(name, "must be > 0")
+        for name in ("epochs", "batch_size", "grad_accumulation", "length_bucket"):
+            if getattr(self, name) < 1:
+                self._fail(name, "must be >= 1")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            self._fail("warmup_ratio", "must be in [0, 1)")
+        if self.weight_decay < 0:
+            self._fail("weight_decay", "must be >= 0")
+        if self.max_length < 16:
+            self._fail("max_length", "must be >= 16")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig(Section):
+    """Evaluation of the base model and base + adapter (``sampler.eval_temperature``, default greedy;
+    ``sampler.max_new_tokens``), ``batch_size`` questions per sampler call."""
+
+    _name: ClassVar[str] = "eval"
+    batch_size: int = 16
+
+    def validate(self) -> None:
+        if self.batch_size < 1:
+            self._fail("batch_size", "must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class CoherenceConfig(Section):
+    """The whole pipeline. ``workdir`` holds every artefact (see :mod:`jaxdebate.coherence.paths`)."""
+
+    _name: ClassVar[str] = "coherence"
+    workdir: str = "runs/coherence"
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    sampler: SamplerConfig = dataclasses.field(default_factory=lambda: SamplerConfig(max_new_tokens=384))
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    collect: CollectConfig = dataclasses.field(default_factory=CollectConfig)
+    scores: ScoreConfig = dataclasses.field(default_factory=ScoreConfig)
+    pairs: PairConfig = dataclasses.field(default_factory=PairConfig)
+    lora: LoraConfig = dataclasses.field(default_factory=LoraConfig)
+    dpo: DPOConfig = dataclasses.field(default_factory=DPOConfig)
+    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    logging: LoggingConfig = dataclasses.field(default_factory=lambda: LoggingConfig(wandb_project="coherence-dpo"))
+
+    def validate(self) -> None:
+        if not self.workdir.strip():
+            self._fail("workdir", "must be a non-empty path")

@@ -1,0 +1,91 @@
+"""Append-only JSONL files that survive being killed mid-write (one record per line).
+
+A killed writer can leave a last line without its newline, or cut inside a record. ``repair_tail``
+drops such a line (and only it) so a restarted stage redoes that record; a malformed line elsewhere
+is an error naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from jaxdebate.errors import DataError
+
+
+def repair_tail(path: str | Path) -> int:
+    """Truncate an unfinished last line (no trailing newline, or not valid JSON); return bytes dropped."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    data = path.read_bytes()
+    if not data:
+        return 0
+    keep = len(data)
+    if not data.endswith(b"\n"):
+        keep = data.rfind(b"\n") + 1
+    else:
+        start = data.rfind(b"\n", 0, len(data) - 1) + 1
+        try:
+            json.loads(data[start:])
+        except ValueError:
+            keep = start
+    if keep < len(data):
+        with open(path, "r+b") as f:
+            f.truncate(keep)
+    return len(data) - keep
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """Every record of a JSONL file (blank lines skipped); a bad line raises DataError with file:line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path} does not exist")
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{number}: not valid JSON ({e.msg})") from e
+            if not isinstance(record, dict):
+                raise DataError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+            out.append(record)
+    return out
+
+
+def append_records(path: str | Path, records: Iterable[Mapping[str, Any]]) -> None:
+    """Append records, one line each, flushed and synced so a finished line is on disk."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_records(path: str | Path, records: Iterable[Mapping[str, Any]]) -> Path:
+    """Replace ``path`` atomically with the given records."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def finished_keys(path: str | Path, key: str = "id") -> set[Any]:
+    """Keys of the complete records already in ``path`` (after repairing its tail)."""
+    path = Path(path)
+    if not path.is_file():
+        return set()
+    repair_tail(path)
+    return {r[key] for r in read_records(path) if key in r}

@@ -1,0 +1,224 @@
+"""The pipeline's stages over one work directory, each restartable on its own.
+
+==========================  ==========================================================================
+``<workdir>/`` file         written by
+==========================  ==========================================================================
+``config.json``             every stage (the resolved config of the last stage run)
+``rollouts.jsonl``          ``collect`` — one record per question, appended (resumable)
+``pairs.jsonl``             ``pairs`` — preference pairs; ``pairs_summary.json`` their counts
+``train/``                  ``train`` — ``checkpoints/`` (orbax, one per epoch), ``metrics.jsonl``,
+                            TensorBoard events, ``summary.json``
+``adapter/``                ``train`` — the LoRA adapter in PEFT format
+``eval/``                   ``eval`` — ``base.jsonl``, ``dpo.jsonl`` (resumable), ``comparison.jsonl``
+                            (one record per question, both models side by side), ``summary.json``
+==========================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from jaxdebate.coherence import jsonl
+from jaxdebate.coherence.config import CoherenceConfig
+from jaxdebate.config import to_dict
+from jaxdebate.errors import ConfigError, DataError
+
+STAGES = ("collect", "pairs", "train", "eval")
+
+
+@dataclasses.dataclass
+class Context:
+    """What the stages share within one process: the config, the workdir, and the lazily loaded
+    model, tokenizer, sampler and grader (loaded once when ``all`` runs every stage)."""
+
+    config: CoherenceConfig
+    workdir: Path
+    progress: bool = True
+    _model: tuple[Any, Any] | None = None
+    _tokenizer: Any = None
+    _sampler: Any = None
+    _grader: Any = None
+
+    @property
+    def model(self) -> tuple[Any, Any]:
+        if self._model is None:
+            from jaxdebate.model import load
+
+            m = self.config.model
+            self._model = load(m.source, dtype=m.dtype, remat=m.remat)
+        return self._model
+
+    @property
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            from jaxdebate.model import load_tokenizer
+
+            self._tokenizer = load_tokenizer(self.config.model.source)
+        return self._tokenizer
+
+    @property
+    def sampler(self) -> Any:
+        """The ``sampler.backend`` serving the base weights (version 0). Every request carries its own
+        seed, so the backend's default seed does not matter."""
+        if self._sampler is None:
+            params, model_config = self.model
+            backend = self.config.sampler.backend
+            if backend == "jax":
+                from jaxdebate.sampling import JaxSampler
+
+                self._sampler = JaxSampler(params, model_config, self.tokenizer)
+            elif backend == "vllm":
+                from jaxdebate.sampling.vllm_sampler import VLLMSampler
+
+                self._sampler = VLLMSampler.from_params(
+                    params, model_config, workdir=self.workdir / "vllm", config=self.config.sampler.vllm,
+                    tokenizer=self.tokenizer,
+                )
+            else:
+                raise ConfigError(f"sampler.backend must be 'jax' or 'vllm', got {backend!r}")
+        return self._sampler
+
+    @property
+    def grader(self) -> Any:
+        if self._grader is None:
+            from jaxdebate.debate.grading import Grader
+
+            self._grader = Grader()
+        return self._grader
+
+    def close(self) -> None:
+        if self._sampler is not None:
+            self._sampler.close()
+            self._sampler = None
+        if self._grader is not None:
+            self._grader.close()
+            self._grader = None
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2) + "\n")
+
+
+def _say(ctx: Context, text: str) -> None:
+    if ctx.progress:
+        print(text, flush=True)
+
+
+def collect(ctx: Context) -> dict[str, Any]:
+    """Stage 1: every arm's trajectory for the first ``data.n_questions`` training questions."""
+    from jaxdebate.coherence.collect import collect as run
+    from jaxdebate.data import load_items
+
+    cfg = ctx.config
+    items = load_items(cfg.data.train, limit=cfg.data.n_questions)
+    started = time.perf_counter()
+    stats = run(
+        items, ctx.sampler, ctx.tokenizer, ctx.grader, ctx.workdir / "rollouts.jsonl", cfg.collect, cfg.scores,
+        top_p=cfg.sampler.top_p, max_tokens=cfg.sampler.max_new_tokens, progress=ctx.progress,
+    )
+    stats["seconds"] = time.perf_counter() - started
+    _say(ctx, f"collect: {stats['collected']} new questions ({stats['skipped']} already done), "
+              f"{stats['completions']} completions, {stats['tokens']} tokens in {stats['seconds']:.1f} s")
+    return stats
+
+
+def pairs(ctx: Context) -> dict[str, Any]:
+    """Stage 2: preference pairs from ``rollouts.jsonl``."""
+    from jaxdebate.coherence.pairs import build_pairs, summarize
+
+    path = ctx.workdir / "rollouts.jsonl"
+    if not path.is_file():
+        raise DataError(f"{path} does not exist: run the 'collect' stage first")
+    jsonl.repair_tail(path)
+    records = jsonl.read_records(path)
+    built = build_pairs(records, ctx.config.pairs)
+    jsonl.write_records(ctx.workdir / "pairs.jsonl", built)
+    summary = summarize(records, built)
+    _write_json(ctx.workdir / "pairs_summary.json", summary)
+    by = summary["pairs_by_type"]
+    _say(ctx, f"pairs: {summary['pairs']} from {summary['questions']} questions "
+              f"(correctness {by['correctness']}, coherence {by['coherence']}); trajectory accuracy "
+              f"{summary['trajectory_accuracy']:.3f}, mean s_end {summary['mean_s_end']:.3f}, "
+              f"s_path {summary['mean_s_path']:.3f}, s_cf {summary['mean_s_cf']:.3f}")
+    return summary
+
+
+def train(ctx: Context) -> dict[str, Any]:
+    """Stage 3: DPO of a LoRA adapter on ``pairs.jsonl``; the adapter goes to ``adapter/``."""
+    from jaxdebate.coherence.train import train as run
+
+    path = ctx.workdir / "pairs.jsonl"
+    if not path.is_file():
+        raise DataError(f"{path} does not exist: run the 'pairs' stage first")
+    data = jsonl.read_records(path)
+    if not data:
+        raise DataError(f"{path} holds no pairs (see pairs_summary.json): collect more questions")
+    params, model_config = ctx.model
+    result = run(ctx.config, data, params, model_config, ctx.tokenizer, ctx.workdir, progress=ctx.progress)
+    s = result.summary
+    last = s["by_epoch"][max(s["by_epoch"])] if s["by_epoch"] else {}
+    _say(ctx, f"train: {s['updates_run']} updates on {s['pairs_trained']} pairs in {s['seconds']:.1f} s; "
+              f"last epoch loss {last.get('loss', float('nan')):.4f}, margin "
+              f"{last.get('rewards/margin', float('nan')):.4f}; adapter in {result.adapter_dir}")
+    return s
+
+
+def evaluate(ctx: Context) -> dict[str, Any]:
+    """Stage 4: accuracy on ``data.eval`` for the base model and base + ``adapter/``, side by side."""
+    from jaxdebate.coherence import evaluate as ev
+    from jaxdebate.coherence import lora, peft_export
+    from jaxdebate.data import load_items
+
+    cfg = ctx.config
+    adapter_dir = ctx.workdir / "adapter"
+    adapter, spec = peft_export.load(adapter_dir)  # fail before any sampling when it is missing
+    items = load_items(cfg.data.eval, limit=cfg.data.eval_limit)
+    out = ctx.workdir / "eval"
+    kw = dict(max_tokens=cfg.sampler.max_new_tokens, batch_size=cfg.eval.batch_size,
+              temperature=cfg.sampler.eval_temperature, progress=ctx.progress)
+    started = time.perf_counter()
+    sampler = ctx.sampler
+    params, _ = ctx.model
+    sampler.update_weights(params, 0)
+    base_rows = ev.evaluate(items, sampler, ctx.tokenizer, ctx.grader, out / "base.jsonl", label="base", **kw)
+    sampler.update_weights(lora.merge(params, adapter, spec.scale), 1)
+    tuned_rows = ev.evaluate(items, sampler, ctx.tokenizer, ctx.grader, out / "dpo.jsonl", label="dpo", **kw)
+    sampler.update_weights(params, 0)
+    rows, summary = ev.compare(items, base_rows, tuned_rows)
+    summary["dataset"] = cfg.data.eval
+    summary["seconds"] = time.perf_counter() - started
+    jsonl.write_records(out / "comparison.jsonl", rows)
+    _write_json(out / "summary.json", summary)
+    _say(ctx, ev.format_comparison(summary, cfg.data.eval))
+    return summary
+
+
+RUNNERS = {"collect": collect, "pairs": pairs, "train": train, "eval": evaluate}
+
+
+def run(config: CoherenceConfig, stages: tuple[str, ...] = STAGES, *, workdir: str | Path | None = None,
+        progress: bool = True) -> dict[str, Any]:
+    """Run ``stages`` in order in one process (sharing the loaded model); return each stage's summary
+    and the seconds it took."""
+    unknown = [s for s in stages if s not in RUNNERS]
+    if unknown:
+        raise ValueError(f"unknown stage(s) {unknown}; stages are {list(STAGES)} (or 'all')")
+    root = Path(workdir if workdir is not None else config.workdir).expanduser()
+    root.mkdir(parents=True, exist_ok=True)
+    config = dataclasses.replace(config, workdir=str(root))
+    _write_json(root / "config.json", to_dict(config))
+    ctx = Context(config, root, progress)
+    results: dict[str, Any] = {}
+    try:
+        for stage in stages:
+            started = time.perf_counter()
+            results[stage] = RUNNERS[stage](ctx)
+            results[f"{stage}_seconds"] = time.perf_counter() - started
+    finally:
+        ctx.close()
+    return results

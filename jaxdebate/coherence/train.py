@@ -1,0 +1,274 @@
+"""DPO training of a LoRA adapter: the jitted update (pure) and the epoch loop (thin stateful shell).
+
+The base parameters stay frozen; only the adapter and its optimiser state change. The reference policy
+is the base model without adapter, so its sequence log-probs are computed once before training.
+Each update accumulates gradients over ``grad_accumulation`` micro-batches of ``batch_size`` pairs
+inside one compiled ``lax.scan``; gradients are normalised by the number of real pairs in the update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxdebate.checkpoint import Checkpointer
+from jaxdebate.coherence import batching, lora, peft_export
+from jaxdebate.coherence.config import CoherenceConfig, DPOConfig
+from jaxdebate.coherence.dpo import dpo_loss, sequence_logprobs
+from jaxdebate.config import to_dict
+from jaxdebate.errors import ConfigError, DataError
+from jaxdebate.metrics import MetricWriter
+from jaxdebate.model import token_logprobs
+
+
+def make_schedule(cfg: DPOConfig, total_steps: int) -> optax.Schedule:
+    """Learning rate per update: linear warm-up over ``warmup_ratio`` of the updates, then constant,
+    linear decay to 0, or cosine decay to 0."""
+    warmup = int(round(cfg.warmup_ratio * total_steps))
+    rest = max(1, total_steps - warmup)
+    if cfg.schedule == "constant":
+        main = optax.constant_schedule(cfg.learning_rate)
+    elif cfg.schedule == "linear":
+        main = optax.linear_schedule(cfg.learning_rate, 0.0, rest)
+    else:
+        main = optax.cosine_decay_schedule(cfg.learning_rate, rest)
+    if warmup == 0:
+        return main
+    return optax.join_schedules([optax.linear_schedule(0.0, cfg.learning_rate, warmup), main], [warmup])
+
+
+def make_optimizer(cfg: DPOConfig) -> optax.GradientTransformation:
+    """Global-norm clipping then AdamW's direction (Adam moments + decoupled weight decay); the
+    learning rate is applied by the update itself, so one compiled update serves every schedule."""
+    return optax.chain(
+        optax.clip_by_global_norm(cfg.max_grad_norm),
+        optax.scale_by_adam(),
+        optax.add_decayed_weights(cfg.weight_decay),
+    )
+
+
+def policy_logps(params: Any, model_config: Any, tokens, mask, completion_mask, chunk_size: int = 1024) -> jax.Array:
+    """Sequence log-probs ``[N]`` of the completion part of ``tokens [N, T]``."""
+    lp = token_logprobs(params, model_config, tokens, mask, chunk_size=chunk_size)
+    return sequence_logprobs(lp, completion_mask)
+
+
+@functools.lru_cache(maxsize=8)
+def make_ref_fn(model_config: Any, chunk_size: int = 1024) -> Callable:
+    """Jitted sequence log-probs of the base (reference) model (cached: one compile per config)."""
+    return jax.jit(lambda params, tokens, mask, cmask: policy_logps(params, model_config, tokens, mask, cmask, chunk_size))
+
+
+@functools.lru_cache(maxsize=8)
+def make_update_fn(model_config: Any, lora_scale: float, beta: float, max_grad_norm: float, weight_decay: float,
+                   chunk_size: int = 1024):
+    """``update(adapter, opt_state, base, batch, lr) -> (adapter, opt_state, metrics)``, jitted (and
+    cached, so repeated runs in one process compile once).
+
+    ``batch`` holds ``tokens/mask/completion_mask [K, 2B, T]``, ``weights [K, B]`` and the reference
+    log-probs ``ref_chosen/ref_rejected [K, B]``.
+    """
+    optimizer = make_optimizer(DPOConfig(max_grad_norm=max_grad_norm, weight_decay=weight_decay))
+
+    def micro(adapter, base, mb):
+        merged = lora.merge(base, adapter, lora_scale)
+        seq = policy_logps(merged, model_config, mb["tokens"], mb["mask"], mb["completion_mask"], chunk_size)
+        b = mb["weights"].shape[0]
+        _, metrics = dpo_loss(seq[:b], seq[b:], mb["ref_chosen"], mb["ref_rejected"], beta, mb["weights"])
+        count = jnp.sum(mb["weights"])
+        sums = {k: v * count for k, v in metrics.items()}  # per-micro means -> sums over real pairs
+        return sums["loss"], sums
+
+    grad_fn = jax.value_and_grad(micro, has_aux=True)
+
+    def update(adapter, opt_state, base, batch, lr):
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, adapter)
+        _, metric_shape = jax.eval_shape(micro, adapter, base, jax.tree_util.tree_map(lambda x: x[0], batch))
+        init = (zeros, jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shape))
+
+        def body(acc, mb):
+            (_, sums), grads = grad_fn(adapter, base, mb)
+            return jax.tree_util.tree_map(jnp.add, acc, (grads, sums)), None
+
+        (grad_sum, metric_sum), _ = jax.lax.scan(body, init, batch)
+        count = jnp.maximum(jnp.sum(batch["weights"]), 1.0)
+        grads = jax.tree_util.tree_map(lambda g: g / count, grad_sum)
+        metrics = {k: v / count for k, v in metric_sum.items()}
+        metrics["grad_norm"] = optax.global_norm(grads)
+        direction, opt_state = optimizer.update(grads, opt_state, adapter)
+        adapter = jax.tree_util.tree_map(lambda p, u: p - lr * u, adapter, direction)
+        return adapter, opt_state, metrics
+
+    return jax.jit(update, donate_argnums=(0, 1))
+
+
+def reference_logps(
+    ref_fn: Callable, base: Any, encoded: Sequence[batching.PairTokens], cfg: DPOConfig, pad_id: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Reference sequence log-probs of every encoded pair's chosen and rejected completion."""
+    n = len(encoded)
+    chosen, rejected = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    for idx in batching.updates(range(n), cfg.batch_size):
+        arr = batching.make_update(
+            encoded, idx, batch_size=cfg.batch_size, grad_accumulation=1,
+            length_bucket=cfg.length_bucket, max_length=cfg.max_length, pad_id=pad_id,
+        )
+        seq = np.asarray(ref_fn(base, arr["tokens"][0], arr["mask"][0], arr["completion_mask"][0]))
+        chosen[idx] = seq[: len(idx)]
+        rejected[idx] = seq[cfg.batch_size: cfg.batch_size + len(idx)]
+    return chosen, rejected
+
+
+def run_fingerprint(cfg: CoherenceConfig, pairs: Sequence[Mapping[str, Any]]) -> str:
+    """A hash of what determines the trained adapter except the epoch count (pairs, model, LoRA and the
+    DPO settings), so a resumed run refuses checkpoints of a different run; raising ``dpo.epochs`` and
+    resuming continues the same run."""
+    settings = {k: v for k, v in to_dict(cfg.dpo).items() if k != "epochs"}
+    blob = json.dumps(
+        [to_dict(cfg.model), to_dict(cfg.lora), settings,
+         [(p["question"], p["chosen"], p["rejected"], p.get("chosen_finish_reason"), p.get("rejected_finish_reason"))
+          for p in pairs]],
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What training produced: the adapter, per-update metrics and where the PEFT adapter was written."""
+
+    adapter: lora.Adapter
+    history: list[dict[str, float]]
+    adapter_dir: Path | None
+    summary: dict[str, Any]
+
+
+def train(
+    cfg: CoherenceConfig,
+    pairs: Sequence[Mapping[str, Any]],
+    base: Any,
+    model_config: Any,
+    tokenizer: Any,
+    workdir: str | Path,
+    *,
+    progress: bool = True,
+    checkpoints: bool = True,
+) -> TrainResult:
+    """Train a LoRA adapter with DPO on ``pairs``; checkpoint after every epoch (resuming from the
+    latest one found under ``workdir/train/checkpoints``), log metrics, and export the adapter in the
+    PEFT format to ``workdir/adapter``."""
+    from tqdm.auto import tqdm
+
+    workdir = Path(workdir)
+    d = cfg.dpo
+    encoded = batching.encode_pairs(pairs, tokenizer, d.max_length)
+    if not encoded.pairs:
+        raise DataError(f"no trainable pairs: {len(pairs)} pairs given, {encoded.n_dropped} dropped as too long")
+    n = len(encoded.pairs)
+    per_update = d.batch_size * d.grad_accumulation
+    steps_per_epoch = math.ceil(n / per_update)
+    total = steps_per_epoch * d.epochs
+    optimizer = make_optimizer(d)
+    schedule = make_schedule(d, total)
+
+    started = time.perf_counter()
+    chunk = cfg.model.logprob_chunk
+    ref_chosen, ref_rejected = reference_logps(make_ref_fn(model_config, chunk), base, encoded.pairs, d, tokenizer.pad_id)
+    ref_seconds = time.perf_counter() - started
+
+    adapter = lora.init(base, cfg.lora, jax.random.PRNGKey(d.seed))
+    opt_state = optimizer.init(adapter)
+    first_epoch = 0
+    fingerprint = run_fingerprint(cfg, pairs)
+    ckpt = Checkpointer(workdir / "train" / "checkpoints", keep_last=d.epochs) if checkpoints else None
+    if ckpt is not None and ckpt.latest_step() is not None:
+        meta = ckpt.metadata()
+        if meta.get("fingerprint") != fingerprint:
+            raise ConfigError(
+                f"{ckpt.directory} holds a DPO run with other pairs or model/lora/dpo settings; "
+                "delete that directory (or use another --workdir) to train from scratch"
+            )
+        state, meta = ckpt.restore(target={"adapter": adapter, "opt_state": opt_state})
+        adapter, opt_state = state["adapter"], state["opt_state"]
+        first_epoch = int(meta["epoch"])
+    update = make_update_fn(model_config, cfg.lora.scale, d.beta, d.max_grad_norm, d.weight_decay, chunk)
+    log = cfg.logging
+    writer = MetricWriter(
+        workdir / "train", tensorboard=log.tensorboard, wandb_project=log.wandb_project if log.wandb else None,
+        wandb_mode=log.wandb_mode, wandb_entity=log.wandb_entity, run_name=log.run_name,
+        truncate_after=first_epoch * steps_per_epoch,
+    )
+
+    history: list[dict[str, float]] = []
+    step = first_epoch * steps_per_epoch
+    bar = tqdm(total=total, initial=step, desc="dpo", disable=not progress, dynamic_ncols=True)
+    try:
+        for epoch in range(first_epoch, d.epochs):
+            for idx in batching.updates(batching.epoch_order(n, d.seed, epoch), per_update):
+                arr = batching.make_update(
+                    encoded.pairs, idx, batch_size=d.batch_size, grad_accumulation=d.grad_accumulation,
+                    length_bucket=d.length_bucket, max_length=d.max_length, pad_id=tokenizer.pad_id,
+                )
+                batch = {k: arr[k] for k in ("tokens", "mask", "completion_mask", "weights")}
+                batch["ref_chosen"] = ref_chosen[arr["index"]]
+                batch["ref_rejected"] = ref_rejected[arr["index"]]
+                t0 = time.perf_counter()
+                lr = float(schedule(step))
+                adapter, opt_state, metrics = update(adapter, opt_state, base, batch, np.float32(lr))
+                metrics = {k: float(v) for k, v in metrics.items()}
+                metrics.update(
+                    epoch=epoch + 1, lr=lr, pairs=len(idx),
+                    seconds=time.perf_counter() - t0, tokens=int(arr["mask"].sum()),
+                )
+                step += 1
+                history.append({"step": step, **metrics})
+                writer.write(step, metrics)
+                bar.update(1)
+                bar.set_postfix(loss=f"{metrics['loss']:.4f}", margin=f"{metrics['rewards/margin']:.3f}",
+                                gnorm=f"{metrics['grad_norm']:.3g}")
+            if ckpt is not None:
+                ckpt.save(epoch + 1, {"adapter": adapter, "opt_state": opt_state},
+                          metadata={"epoch": epoch + 1, "step": step, "fingerprint": fingerprint})
+    finally:
+        bar.close()
+        writer.close()
+        if ckpt is not None:
+            ckpt.close()
+
+    adapter_dir = peft_export.save(workdir / "adapter", adapter, cfg.lora, base_model=cfg.model.source)
+    summary = _summary(history, encoded, len(pairs), steps_per_epoch, d.epochs, time.perf_counter() - started, ref_seconds)
+    (workdir / "train" / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return TrainResult(adapter, history, adapter_dir, summary)
+
+
+def _summary(history, encoded, n_given, steps_per_epoch, epochs, seconds, ref_seconds) -> dict[str, Any]:
+    by_epoch: dict[int, list[dict[str, float]]] = {}
+    for h in history:
+        by_epoch.setdefault(int(h["epoch"]), []).append(h)
+    keys = ("loss", "rewards/margin", "rewards/accuracy", "grad_norm")
+    return {
+        "pairs_given": n_given,
+        "pairs_trained": len(encoded.pairs),
+        "pairs_dropped_too_long": encoded.n_dropped,
+        "completions_truncated": encoded.n_truncated,
+        "updates_per_epoch": steps_per_epoch,
+        "epochs": epochs,
+        "updates_run": len(history),
+        "seconds": seconds,
+        "reference_seconds": ref_seconds,
+        "by_epoch": {
+            e: {k: float(np.mean([h[k] for h in hs])) for k in keys} for e, hs in sorted(by_epoch.items())
+        },
+    }

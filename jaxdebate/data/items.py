@@ -1,0 +1,59 @@
+"""The one record every dataset is mapped to: ``Item(id, problem, answer, env, meta)``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from jaxdebate.errors import DataError
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """One problem: a stable ``id``, the ``problem`` text, the gold ``answer`` (a LaTeX/number string),
+    the environment that plays it (``env``, e.g. ``"math"``) and source-specific ``meta`` (subject,
+    level, worked solution, original indices...). ``meta`` holds plain JSON types."""
+
+    id: str
+    problem: str
+    answer: str
+    env: str = "math"
+    meta: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        for name in ("id", "problem", "answer", "env"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise DataError(f"Item.{name} must be a string, got {type(value).__name__} ({value!r:.60})")
+        if not self.id:
+            raise DataError("Item.id must not be empty")
+        if not self.problem.strip():
+            raise DataError(f"item {self.id!r}: empty problem")
+        if not self.answer.strip():
+            raise DataError(f"item {self.id!r}: empty answer")
+        if not self.env:
+            raise DataError(f"item {self.id!r}: empty env name")
+        if not isinstance(self.meta, Mapping):
+            raise DataError(f"item {self.id!r}: meta must be a mapping, got {type(self.meta).__name__}")
+        object.__setattr__(self, "meta", dict(self.meta))
+
+    def with_env(self, env: str) -> Item:
+        """The same item routed to another environment."""
+        return dataclasses.replace(self, env=env)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "problem": self.problem, "answer": self.answer, "env": self.env,
+                "meta": dict(self.meta)}
+
+
+def write_jsonl(items: Iterable[Item], path: str | Path) -> Path:
+    """Write items in jaxdebate's own JSONL format (``load_items`` reads it back unchanged)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for item in items:
+            f.write(json.dumps(item.to_dict(), ensure_ascii=False) + "\n")
+    return path

@@ -1,0 +1,60 @@
+"""The ``debate`` section of an experiment config: protocol shape and prompt wording."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jaxdebate.errors import ConfigError
+
+DEFAULT_INSTRUCTION = "Solve the problem step by step. Put your final answer within \\boxed{}."
+DEFAULT_DEBATE_INTRO = "These are the solutions to the problem from the other agents:"
+DEFAULT_DEBATE_INSTRUCTION = (
+    "Using the reasoning of the other agents as additional advice, examine your solution and theirs "
+    "step by step and give an updated answer. Put your final answer within \\boxed{}."
+)
+DEFAULT_TRIM_MARKER = "[… {n} tokens trimmed …]"
+
+
+@dataclasses.dataclass(frozen=True)
+class DebateConfig:
+    """``num_agents`` agents share one policy and debate for ``num_rounds`` rounds (DESIGN §3).
+
+    Round 1 shows ``instruction`` after the problem; later rounds show the agent its own previous
+    answer (``show_own_previous``) and the other agents' previous answers between ``debate_intro``
+    and ``debate_instruction``, trimmed (tail kept, ``trim_marker`` in place of the cut) so that prompt
+    plus ``max_tokens`` fit ``max_sequence_length``. ``system_prompt=None`` keeps the chat template's
+    default. With ``early_stop_on_consensus`` a rollout ends after a round whose agents all agree.
+    """
+
+    num_agents: int = 3
+    num_rounds: int = 2
+    early_stop_on_consensus: bool = False
+    max_sequence_length: int = 2048
+    system_prompt: str | None = None
+    instruction: str = DEFAULT_INSTRUCTION
+    debate_intro: str = DEFAULT_DEBATE_INTRO
+    debate_instruction: str = DEFAULT_DEBATE_INSTRUCTION
+    show_own_previous: bool = True
+    trim_marker: str = DEFAULT_TRIM_MARKER
+
+    def __post_init__(self) -> None:
+        def bad(field: str, why: str) -> ConfigError:
+            return ConfigError(f"debate.{field}: {why} (got {getattr(self, field)!r})")
+
+        for field, low in (("num_agents", 1), ("num_rounds", 1), ("max_sequence_length", 32)):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise bad(field, f"must be an integer >= {low}")
+        for field in ("early_stop_on_consensus", "show_own_previous"):
+            if not isinstance(getattr(self, field), bool):
+                raise bad(field, "must be true or false")
+        for field in ("instruction", "debate_intro", "debate_instruction", "trim_marker"):
+            value = getattr(self, field)
+            if not isinstance(value, str) or not value.strip():
+                raise bad(field, "must be a non-empty string")
+        if self.system_prompt is not None and not isinstance(self.system_prompt, str):
+            raise bad("system_prompt", "must be a string or None")
+        try:
+            self.trim_marker.format(n=1)
+        except (KeyError, IndexError, ValueError) as e:
+            raise bad("trim_marker", f"may only use the placeholder {{n}} ({e})") from None

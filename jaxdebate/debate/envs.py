@@ -1,0 +1,97 @@
+"""Debate environments and their registry.
+
+An environment fixes how many agents and rounds an item gets and writes the chat messages of each
+turn. ``math`` is one agent answering once; ``math_debate`` is the DESIGN §3 debate. Register more with
+``@register_env("name")`` on a factory ``(DebateConfig) -> DebateEnv`` (subclass to change prompts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from jaxdebate.data.items import Item
+from jaxdebate.debate.config import DebateConfig
+from jaxdebate.errors import ConfigError, DataError
+
+Message = dict[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class DebateEnv:
+    """``num_agents`` agents, ``num_rounds`` rounds, and the messages of each turn."""
+
+    name: str
+    num_agents: int
+    num_rounds: int
+    config: DebateConfig
+
+    def _with_system(self, messages: list[Message]) -> list[Message]:
+        if self.config.system_prompt is not None:
+            return [{"role": "system", "content": self.config.system_prompt}, *messages]
+        return messages
+
+    def first_messages(self, item: Item) -> list[Message]:
+        """Round 1: the problem and the answer-format instruction."""
+        return self._with_system([{"role": "user", "content": f"{item.problem}\n\n{self.config.instruction}"}])
+
+    def debate_messages(self, item: Item, own_previous: str | None, others: Sequence[tuple[int, str]]) -> list[Message]:
+        """Round r > 1: the agent's previous answer (optional) and the others' previous answers.
+
+        ``others`` holds (agent index, previous response text), already trimmed to fit.
+        """
+        cfg = self.config
+        shared = "\n\n".join(f"Agent {j + 1}'s solution:\n{text.strip()}" for j, text in others)
+        debate = f"{cfg.debate_intro}\n\n{shared}\n\n{cfg.debate_instruction}"
+        if cfg.show_own_previous and own_previous is not None:
+            return self._with_system([
+                {"role": "user", "content": f"{item.problem}\n\n{cfg.instruction}"},
+                {"role": "assistant", "content": own_previous.strip()},
+                {"role": "user", "content": debate},
+            ])
+        return self._with_system([{"role": "user", "content": f"{item.problem}\n\n{debate}"}])
+
+
+_REGISTRY: dict[str, Callable[[DebateConfig], DebateEnv]] = {}
+
+
+def register_env(name: str) -> Callable[[Callable[[DebateConfig], DebateEnv]], Callable[[DebateConfig], DebateEnv]]:
+    """Decorator registering an environment factory under ``name``."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"environment name must be a non-empty string, got {name!r}")
+
+    def decorate(factory: Callable[[DebateConfig], DebateEnv]) -> Callable[[DebateConfig], DebateEnv]:
+        if name in _REGISTRY and _REGISTRY[name] is not factory:
+            raise ConfigError(f"environment {name!r} is already registered")
+        _REGISTRY[name] = factory
+        return factory
+
+    return decorate
+
+
+def env_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def make_env(name: str, config: DebateConfig) -> DebateEnv:
+    if name not in _REGISTRY:
+        raise DataError(f"unknown environment {name!r}; registered: {', '.join(env_names())}")
+    env = _REGISTRY[name](config)
+    if env.num_agents < 1 or env.num_rounds < 1:
+        raise ConfigError(f"environment {name!r} has {env.num_agents} agents and {env.num_rounds} rounds; need >= 1 each")
+    return env
+
+
+def route(item_env: str, env_name_remap: dict[str, str] | None) -> str:
+    """The environment that plays an item: its ``env`` after ``env_name_remap``."""
+    return (env_name_remap or {}).get(item_env, item_env)
+
+
+@register_env("math")
+def _math(config: DebateConfig) -> DebateEnv:
+    return DebateEnv("math", 1, 1, config)
+
+
+@register_env("math_debate")
+def _math_debate(config: DebateConfig) -> DebateEnv:
+    return DebateEnv("math_debate", config.num_agents, config.num_rounds, config)

@@ -1,0 +1,92 @@
+"""Run one experiment: ``python -m jaxdebate.launch --config configs/coma.py [--workdir DIR] [--set k=v ...]``.
+
+Overrides are ``section.field=value`` (Python literal or JSON values; see :mod:`jaxdebate.config`),
+e.g. ``--set training.total_train_steps=2 loss.beta=0.05 shaping.params.alpha=0.3``. The config is
+built and validated before anything is loaded; an invalid one exits with status 2 and a message naming
+the field. A workdir that holds a checkpoint is resumed (``--no-resume`` refuses to touch it).
+
+Exit status: 0 finished, 130 interrupted (checkpointed), 2 invalid config, 1 other errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from jaxdebate.errors import ConfigError, JaxDebateError
+
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m jaxdebate.launch",
+        description="Train a debating LLM with one reward-shaping strategy (DESIGN §5, §7).",
+    )
+    parser.add_argument("--config", required=True, help="a Python file with get_config(), e.g. configs/coma.py")
+    parser.add_argument("--workdir", help="run directory (default: runs/<config name>); resumed if it holds a checkpoint")
+    parser.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                        help="override config fields, e.g. --set loss.beta=0.05 training.total_train_steps=2")
+    parser.add_argument("overrides_positional", nargs="*", metavar="KEY=VALUE", help="more overrides")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="validate the config and resolve the datasets, then exit without training")
+    parser.add_argument("--no-resume", action="store_true",
+                        help="fail instead of resuming when the workdir already holds a checkpoint")
+    return parser
+
+
+def default_workdir(config_path: str) -> Path:
+    return Path("runs") / Path(config_path).stem
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from jaxdebate.config import format_config, load_config
+
+    overrides = [*args.overrides, *args.overrides_positional]
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.print_config:
+        print(format_config(config))
+        return EXIT_OK
+    workdir = Path(args.workdir) if args.workdir else default_workdir(args.config)
+    try:
+        if args.dry_run:
+            train, val = config.data.load()
+            from jaxdebate.model.sources import parse_source
+
+            parse_source(config.model.source)
+            print(f"config ok: {args.config} -> {workdir}; {len(train)} training items, {len(val)} validation "
+                  f"items; up to {config.samples_per_step} training samples per step")
+            return EXIT_OK
+        from jaxdebate.checkpoint import latest_step
+        from jaxdebate.rl.trainer import train as run_training
+
+        existing = latest_step(workdir)
+        if existing is not None:
+            if args.no_resume:
+                print(f"error: {workdir} holds a checkpoint (step {existing}) and --no-resume was given",
+                      file=sys.stderr)
+                return EXIT_ERROR
+            print(f"[jaxdebate] resuming {workdir} from step {existing}", file=sys.stderr)
+        result = run_training(config, workdir)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    except JaxDebateError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("[jaxdebate] stopped without a checkpoint (second interrupt)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(f"[jaxdebate] {result.status} at step {result.step}; outputs in {result.workdir}", file=sys.stderr)
+    return EXIT_INTERRUPTED if result.status == "interrupted" else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""The RL learner (DESIGN §5): policy loss, micro-batching, the jitted GRPO/RLOO step and the trainer.
+
+``from jaxdebate.rl.trainer import Trainer, train, make_sampler`` runs experiments; the pieces below are
+pure and usable on their own (see tests/test_rl_learning.py for a loop without the debate env).
+"""
+
+from jaxdebate.rl.batching import Sample, length_buckets, make_microbatches, possible_shapes
+from jaxdebate.rl.grpo import Learner, TrainState, lr_schedule, make_optimizer
+from jaxdebate.rl.losses import loss_terms, policy_loss, token_weights
+
+__all__ = [
+    "Learner",
+    "Sample",
+    "TrainState",
+    "length_buckets",
+    "loss_terms",
+    "lr_schedule",
+    "make_microbatches",
+    "make_optimizer",
+    "policy_loss",
+    "possible_shapes",
+    "token_weights",
+]

@@ -1,0 +1,187 @@
+"""The jitted GRPO/RLOO learner step (DESIGN §5).
+
+A training step is ``accumulate`` over the step's micro-batches (each a jitted forward+backward that
+adds its gradient into a donated accumulator) followed by one jitted ``apply`` (global-norm clip,
+optax update, donated train state). Token log-probs come from the model's hidden states through its
+chunked ``hidden_logprobs`` (the ``[B, T, vocab]`` logits are never materialised), evaluated only in
+each row's completion window, at the sampler's temperature, so learner and sampler log-probs follow
+the same convention (:mod:`jaxdebate.sampling.base`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxdebate.config import LossConfig, OptimizerConfig
+from jaxdebate.model import LlamaConfig, forward, hidden_logprobs
+from jaxdebate.rl.losses import metric_sums, policy_loss
+
+
+@flax.struct.dataclass
+class TrainState:
+    """Everything the learner updates: policy, optimiser state, KL reference, update count."""
+
+    params: Any
+    opt_state: Any
+    ref_params: Any
+    step: jax.Array
+
+
+def lr_schedule(cfg: OptimizerConfig, total_steps: int) -> optax.Schedule:
+    """Linear warm-up from 0 to ``peak_lr``, then ``cfg.schedule`` from ``peak_lr`` to ``end_lr``."""
+    decay_steps = max(1, total_steps - cfg.warmup_steps)
+    if cfg.schedule == "cosine":
+        decay = optax.cosine_decay_schedule(cfg.peak_lr, decay_steps, alpha=cfg.end_lr / cfg.peak_lr)
+    elif cfg.schedule == "linear":
+        decay = optax.linear_schedule(cfg.peak_lr, cfg.end_lr, decay_steps)
+    else:
+        decay = optax.constant_schedule(cfg.peak_lr)
+    if cfg.warmup_steps == 0:
+        return decay
+    warmup = optax.linear_schedule(0.0, cfg.peak_lr, cfg.warmup_steps)
+    return optax.join_schedules([warmup, decay], [cfg.warmup_steps])
+
+
+def make_optimizer(cfg: OptimizerConfig, total_steps: int) -> optax.GradientTransformation:
+    """AdamW on the schedule; clipping happens in ``apply`` (so the pre-clip norm is logged)."""
+    return optax.adamw(
+        lr_schedule(cfg, total_steps), b1=cfg.b1, b2=cfg.b2, eps=cfg.adam_eps,
+        weight_decay=cfg.weight_decay,
+    )
+
+
+class Learner:
+    """Jitted pieces of the train step, bound to one model and loss/optimiser configuration.
+
+    ``temperature`` must be the sampler's (the log-prob convention is shared). State arrays are donated:
+    never reuse a ``TrainState`` after passing it to :meth:`apply` or :meth:`update`.
+    """
+
+    def __init__(self, model_config: LlamaConfig, loss: LossConfig, optimizer: OptimizerConfig,
+                 total_steps: int, *, temperature: float = 1.0, logprob_chunk: int = 1024) -> None:
+        self.model_config = model_config
+        self.loss_cfg = loss
+        self.opt_cfg = optimizer
+        self.temperature = float(temperature) if temperature > 0 else 1.0
+        self.chunk = logprob_chunk
+        self.schedule = lr_schedule(optimizer, total_steps)
+        self.tx = make_optimizer(optimizer, total_steps)
+        self._accumulate = jax.jit(self._accumulate_impl, donate_argnums=(2,))
+        self._apply = jax.jit(self._apply_impl, donate_argnums=(0,))
+        self._logprobs = jax.jit(self._logprobs_impl)
+
+    # ----------------------------------------------------------------------------- pure functions
+
+    def _lp(self, params, batch, *, with_entropy: bool):
+        """``(lp, entropy)`` ``[R, C]`` of the completion window (zeros outside ``loss_mask``)."""
+        hidden, _ = forward(params, self.model_config, batch["tokens"], attention_mask=batch["attention_mask"])
+        window = batch["targets"].shape[1]
+        idx = batch["window_start"][:, None] + jnp.arange(window, dtype=jnp.int32)[None, :]
+        idx = jnp.clip(idx, 0, hidden.shape[1] - 1)
+        h = jnp.take_along_axis(hidden, idx[..., None], axis=1)
+        lp, ent = hidden_logprobs(
+            params, self.model_config, h, batch["targets"], temperature=self.temperature,
+            with_entropy=with_entropy, chunk_size=self.chunk,
+        )
+        mask = batch["loss_mask"]
+        return jnp.where(mask, lp, 0.0), jnp.where(mask, ent, 0.0)
+
+    def _logprobs_impl(self, params, batch):
+        return self._lp(params, batch, with_entropy=False)[0]
+
+    def _loss(self, params, ref_params, batch):
+        cfg = self.loss_cfg
+        lp, entropy = self._lp(params, batch, with_entropy=True)
+        old = batch["old_logprobs"] if "old_logprobs" in batch else jax.lax.stop_gradient(lp)
+        if cfg.beta > 0:
+            ref = jax.lax.stop_gradient(self._lp(ref_params, batch, with_entropy=False)[0])
+        else:
+            ref = jax.lax.stop_gradient(lp)
+        loss, terms = policy_loss(
+            lp, old, batch["sampler_logprobs"], ref, batch["advantages"], batch["token_weights"],
+            clip_low=cfg.clip_eps, clip_high=cfg.clip_high, is_cap=cfg.importance_weight_cap,
+            beta=cfg.beta,
+        )
+        sums, maxes = metric_sums(
+            terms, batch["loss_mask"], old, batch["sampler_logprobs"], jax.lax.stop_gradient(entropy)
+        )
+        sums["loss"] = loss
+        return loss, (sums, maxes)
+
+    def _accumulate_impl(self, params, ref_params, grads, batch):
+        (_, aux), g = jax.value_and_grad(self._loss, has_aux=True)(params, ref_params, batch)
+        return jax.tree.map(jnp.add, grads, g), aux
+
+    def _apply_impl(self, state: TrainState, grads):
+        grad_norm = optax.global_norm(grads)
+        clip = self.opt_cfg.grad_clip
+        if clip > 0:
+            scale = jnp.minimum(1.0, clip / (grad_norm + 1e-6))
+            grads = jax.tree.map(lambda g: g * scale, grads)
+        updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = {"grad_norm": grad_norm, "lr": self.schedule(state.step)}
+        return dataclasses.replace(state, params=params, opt_state=opt_state, step=state.step + 1), metrics
+
+    # ----------------------------------------------------------------------------- stateful shell
+
+    def init_state(self, params) -> TrainState:
+        """A fresh state whose reference policy is a copy of ``params``."""
+        ref = jax.tree.map(jnp.copy, params)
+        return TrainState(params=params, opt_state=self.tx.init(params), ref_params=ref,
+                          step=jnp.zeros((), jnp.int32))
+
+    def abstract_state(self, params) -> TrainState:
+        """Shapes/dtypes/shardings of a state (the restore target for orbax)."""
+        return jax.eval_shape(self.init_state, params)
+
+    def logprobs(self, params, batch) -> jax.Array:
+        """Completion-window log-probs ``[R, C]`` of a micro-batch under ``params`` (no gradient)."""
+        keys = ("tokens", "attention_mask", "window_start", "targets", "loss_mask")
+        return self._logprobs(params, {k: batch[k] for k in keys})
+
+    def update(self, state: TrainState, micro_batches: Sequence[dict[str, np.ndarray]]
+               ) -> tuple[TrainState, dict[str, float]]:
+        """One optimiser update from all ``micro_batches`` of a step (their gradients summed).
+
+        For ``loss.ppo_epochs > 1`` the batches must carry ``old_logprobs``; otherwise the learner's
+        own log-probs of this very forward pass serve as "old" (the same values, one pass fewer).
+        """
+        if not micro_batches:
+            raise ValueError("update() needs at least one micro-batch")
+        grads = jax.tree.map(jnp.zeros_like, state.params)
+        sums: dict[str, float] = {}
+        maxes: dict[str, float] = {}
+        for mb in micro_batches:
+            grads, (s, m) = self._accumulate(state.params, state.ref_params, grads, mb)
+            for k, v in s.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+            for k, v in m.items():
+                maxes[k] = max(maxes.get(k, 0.0), float(v))
+        state, extra = self._apply(state, grads)
+        return state, summarize(sums, maxes, extra)
+
+    def hard_update_reference(self, state: TrainState) -> TrainState:
+        """The reference policy becomes a copy of the current policy."""
+        return dataclasses.replace(state, ref_params=jax.tree.map(jnp.copy, state.params))
+
+
+def summarize(sums: dict[str, float], maxes: dict[str, float], extra: dict[str, Any]) -> dict[str, float]:
+    """Token means of the summed metrics, plus the apply-step metrics."""
+    tokens = max(sums.get("tokens", 0.0), 1.0)
+    out = {"loss": sums.get("loss", 0.0), "tokens": sums.get("tokens", 0.0)}
+    for key, value in sums.items():
+        if key not in ("loss", "tokens"):
+            out[key] = value / tokens
+    out.update(maxes)
+    out.update({k: float(v) for k, v in extra.items()})
+    return out
+

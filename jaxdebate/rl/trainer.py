@@ -1,0 +1,452 @@
+"""The training loop (DESIGN §5): sample debates -> grade -> shape -> advantages -> filter -> update,
+then sync the sampler, validate, checkpoint and log.
+
+``Trainer(config, workdir).run()`` runs one experiment. A workdir that holds a checkpoint is resumed
+from it exactly: the same data order, the same sampling seeds, the same sampler and reference weights.
+Ctrl-C / SIGTERM during sampling abandons the step in flight and checkpoints the last completed one;
+during the update it lets the step finish first. A second signal stops at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdebate.checkpoint import Checkpointer, checkpoint_dir
+from jaxdebate.config import Config, diff, to_dict
+from jaxdebate.errors import ConfigError
+from jaxdebate.metrics import MetricWriter
+from jaxdebate.rl.batching import Sample, make_microbatches, rows_cap_for
+from jaxdebate.rl.grpo import Learner, TrainState
+from jaxdebate.rl.timing import PhaseTimer
+from jaxdebate.rl.validation import validate
+from jaxdebate.sampling.base import Sampler, SamplingParams
+
+CONFIG_FILE = "config.json"
+# Keys that vary between otherwise identical runs (wall-clock), excluded when comparing metrics.
+NONDETERMINISTIC_PREFIXES = ("time", "time/", "throughput/")
+
+
+def make_sampler(config: Config, params, model_config, tokenizer, *, version: int = 0,
+                 workdir: str | Path | None = None, mesh=None) -> Sampler:
+    """The sampler backend named by ``config.sampler.backend``, serving ``params`` as ``version``.
+    The sampler keeps ``params``: pass a copy the learner will not donate."""
+    backend = config.sampler.backend
+    if backend == "jax":
+        from jaxdebate.sampling import JaxSampler
+
+        return JaxSampler(
+            params, model_config, tokenizer, max_total_len=config.debate.max_sequence_length,
+            mesh=mesh, seed=config.training.seed, weight_version=version,
+        )
+    if backend == "vllm":
+        from jaxdebate.sampling.vllm_sampler import VLLMSampler
+
+        if workdir is None:
+            raise ConfigError("the vLLM sampler needs a workdir (for its log and exported weights)")
+        return VLLMSampler.from_params(
+            params, model_config, workdir=Path(workdir) / "vllm", config=config.sampler.vllm,
+            tokenizer=tokenizer, weight_version=version,
+        )
+    raise ConfigError(f"sampler.backend must be 'jax' or 'vllm', got {backend!r}")
+
+
+def _copy_tree(tree):
+    return jax.tree.map(jnp.copy, tree)
+
+
+def _sampling_seed(rng: jax.Array) -> tuple[jax.Array, int]:
+    rng, sub = jax.random.split(rng)
+    return rng, int(jax.random.randint(sub, (), 0, 2**31 - 1))
+
+
+class _Stop(BaseException):
+    """Raised inside the loop when a stop signal arrives while the step in flight can be abandoned."""
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What ``Trainer.run`` returns: the last completed step, why it stopped, the last metrics."""
+
+    step: int
+    status: str  # "finished" | "interrupted"
+    metrics: dict[str, float]
+    workdir: Path
+
+
+class Trainer:
+    """One experiment in ``workdir`` (checkpoints/, metrics.jsonl, tensorboard/, config.json)."""
+
+    def __init__(self, config: Config, workdir: str | Path) -> None:
+        if not isinstance(config, Config):
+            raise ConfigError(f"Trainer needs a jaxdebate.config.Config, got {type(config).__name__}")
+        self.config = config
+        self.workdir = Path(workdir).expanduser().resolve()
+        self._stop_requested = 0
+        self._interruptible = False
+        self.timer = PhaseTimer()
+
+    # ------------------------------------------------------------------------------------------ setup
+
+    def _setup(self) -> None:
+        from jaxdebate.data import ItemStream
+        from jaxdebate.debate import Grader
+        from jaxdebate.model import load, load_tokenizer, make_mesh
+
+        cfg = self.config
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        n_dev = cfg.launch.training_devices
+        if n_dev > len(jax.devices()):
+            raise ConfigError(
+                f"launch.training_devices={n_dev} but only {len(jax.devices())} device(s) are visible"
+            )
+        self.mesh = make_mesh(n_dev) if n_dev > 1 else None
+        self.tokenizer = load_tokenizer(cfg.model.source)
+        params, self.model_config = load(cfg.model.source, dtype=cfg.model.dtype, remat=cfg.model.remat)
+        train_items, self.val_items = cfg.data.load()
+        self.stream = ItemStream(train_items, cfg.training.train_batch_size, cfg.training.seed)
+        self.grader = Grader()
+        epochs = cfg.loss.ppo_epochs
+        self.learner = Learner(
+            self.model_config, cfg.loss, cfg.optimizer, cfg.training.total_train_steps * epochs,
+            temperature=cfg.sampler.temperature, logprob_chunk=cfg.model.logprob_chunk,
+        )
+        self.rows_cap = rows_cap_for(cfg.samples_per_step, cfg.optimizer.n_gradient_accumulation_steps)
+        self.checkpointer = Checkpointer(checkpoint_dir(self.workdir), cfg.checkpoint.n_last_ckpts_to_keep)
+
+        latest = self.checkpointer.latest_step() if cfg.checkpoint.resume else None
+        if latest is not None:
+            self._restore(params, latest)
+        else:
+            if self.mesh is not None:
+                from jaxdebate.model import shard_params
+
+                params = shard_params(params, self.mesh)
+            self.state = self.learner.init_state(params)
+            self.rng = jax.random.key(cfg.training.seed)
+            self.step = 0
+            self.sampler_version = 0
+            self.ref_version = 0
+            self.sampler_params = _copy_tree(params)
+        self.resumed_from = latest
+        (self.workdir / CONFIG_FILE).write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
+        self.sampler = make_sampler(
+            cfg, self.sampler_params, self.model_config, self.tokenizer, version=self.sampler_version,
+            workdir=self.workdir, mesh=self.mesh,
+        )
+        log = cfg.logging
+        self.writer = MetricWriter(
+            self.workdir, tensorboard=log.tensorboard,
+            wandb_project=log.wandb_project if log.wandb else None, wandb_mode=log.wandb_mode,
+            wandb_entity=log.wandb_entity, run_name=log.run_name or self.workdir.name,
+            config=to_dict(cfg), truncate_after=self.step,
+        )
+        self._commit()
+
+    def _commit(self) -> None:
+        """Remember the data position and RNG that belong to the last completed step."""
+        self._committed = {"step": self.step, "data": self.stream.state(), "rng": self.rng}
+
+    # ------------------------------------------------------------------------------ checkpointing
+
+    def _save(self) -> None:
+        step = self.step
+        if step == 0 or step in self.checkpointer.all_steps():
+            return
+        state: TrainState = self.state
+        items: dict[str, Any] = {
+            "params": state.params,
+            "opt_state": state.opt_state,
+            "opt_step": state.step,
+            "rng": jax.random.key_data(self._committed["rng"]),
+        }
+        # Reference and sampler weights are stored only when they are not copies of the policy.
+        if self.ref_version != step:
+            items["ref_params"] = state.ref_params
+        if self.sampler_version not in (step, self.ref_version):
+            items["sampler_params"] = self.sampler_params
+        metadata = {
+            "step": step,
+            "data": self._committed["data"],
+            "sampler_version": self.sampler_version,
+            "ref_version": self.ref_version,
+            "config": to_dict(self.config),
+            "model_config": dataclasses.asdict(self.model_config),
+        }
+        self.checkpointer.save(step, items, metadata)
+
+    def _restore(self, params, step: int) -> None:
+        meta = self.checkpointer.metadata(step)
+        saved = to_dict(self.config)
+        changed = diff(self.config, _config_from(meta.get("config", saved)))
+        if changed:
+            print(f"[jaxdebate] resuming step {step} with a changed config: "
+                  + ", ".join(f"{p}: {b!r} -> {a!r}" for p, a, b in changed), file=sys.stderr)
+        if self.mesh is not None:
+            from jaxdebate.model import shard_params
+
+            params = shard_params(params, self.mesh)
+        abstract = self.learner.abstract_state(params)
+        have = set(meta.get("__items__", []))
+        target = {
+            "params": abstract.params,
+            "opt_state": abstract.opt_state,
+            "opt_step": abstract.step,
+            "rng": jax.ShapeDtypeStruct((2,), jnp.uint32),
+        }
+        for name in ("ref_params", "sampler_params"):
+            if name in have:
+                target[name] = abstract.params
+        restored, meta = self.checkpointer.restore(step, target=target)
+        if self.mesh is None:
+            # orbax returns committed arrays; a fresh run's are uncommitted. Match the fresh run, so the
+            # resumed process runs the very executables (and numerics) the uninterrupted one runs.
+            restored = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), restored)
+        policy = restored["params"]
+        self.step = int(meta["step"])
+        self.ref_version = int(meta["ref_version"])
+        self.sampler_version = int(meta["sampler_version"])
+        ref = restored["ref_params"] if "ref_params" in restored else _copy_tree(policy)
+        self.state = TrainState(params=policy, opt_state=restored["opt_state"], ref_params=ref,
+                                step=jnp.asarray(restored["opt_step"], jnp.int32))
+        if "sampler_params" in restored:
+            self.sampler_params = restored["sampler_params"]
+        elif self.sampler_version == self.step:
+            self.sampler_params = _copy_tree(policy)
+        else:
+            self.sampler_params = _copy_tree(ref)
+        self.rng = jax.random.wrap_key_data(jnp.asarray(restored["rng"], jnp.uint32))
+        self.stream.restore(meta["data"])
+
+    # ---------------------------------------------------------------------------------- signals
+
+    def _on_signal(self, signum, frame) -> None:
+        self._stop_requested += 1
+        if self._stop_requested > 1:
+            raise KeyboardInterrupt  # second signal: stop now, no checkpoint
+        if self._interruptible:
+            raise _Stop
+
+    def _install_signals(self):
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in previous:
+            signal.signal(s, self._on_signal)
+        return previous
+
+    # -------------------------------------------------------------------------------------- step
+
+    def _sampling_params(self, *, evaluation: bool) -> SamplingParams:
+        s = self.config.sampler
+        if evaluation:
+            return SamplingParams(temperature=s.eval_temperature, top_p=1.0, max_tokens=s.max_new_tokens)
+        return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens)
+
+    def _train_step(self) -> dict[str, float]:
+        from jaxdebate.debate import run_debates
+        from jaxdebate.shaping import (
+            compute_advantages,
+            reward_metrics,
+            sample_filter,
+            shape_rewards,
+            team_reward,
+        )
+
+        cfg = self.config
+        timer = self.timer
+        step_start = time.perf_counter()
+        self._interruptible = True
+        if self._stop_requested:
+            raise _Stop
+        with timer("sampling"):
+            items = self.stream.next_batch()
+            rng, seed = _sampling_seed(self.rng)
+            batch = run_debates(
+                self.sampler, self.tokenizer, items, config=cfg.debate,
+                n_rollouts=cfg.training.generations_per_prompt,
+                sampling=self._sampling_params(evaluation=False), grader=self.grader,
+                env_name_remap=cfg.data.env_name_remap, seed=seed,
+            )
+        self._interruptible = False
+
+        with timer("learning"):
+            shaped = shape_rewards(cfg.shaping.strategy, cfg.shaping.params, batch.correct, batch.votes,
+                                   batch.gold, batch.active)
+            adv = compute_advantages(shaped, batch.active, estimator=cfg.loss.estimator,
+                                     grouping=cfg.loss.grouping, eps=cfg.loss.advantage_eps)
+            truncated = batch.truncated()
+            keep, fstats = sample_filter(
+                shaped, batch.active, truncated, grouping=cfg.loss.grouping,
+                drop_zero_signal=cfg.loss.filter_zero_signal, drop_truncated=cfg.loss.filter_truncated,
+            )
+            team = team_reward(batch.votes, batch.gold, batch.active)
+            rmetrics = reward_metrics(batch.correct, shaped, team, batch.active)
+            keep, adv = np.asarray(keep), np.asarray(adv)
+            samples = [
+                Sample(np.asarray(t.prompt_ids), np.asarray(t.completion_ids), np.asarray(t.logprobs),
+                       float(adv[t.index]))
+                for t in batch.turns if keep[t.index] and len(t.completion_ids)
+            ]
+            lmetrics: dict[str, float] = {}
+            bstats: dict[str, float] = {"samples": 0.0, "sequence_tokens": 0.0}
+            if samples:
+                mbs, bstats = make_microbatches(
+                    samples, max_len=cfg.debate.max_sequence_length, rows_cap=self.rows_cap,
+                    max_tokens=cfg.training.max_tokens_per_microbatch, aggregation=cfg.loss.aggregation,
+                    max_completion=cfg.sampler.max_new_tokens, pad_id=self.tokenizer.pad_id,
+                    min_rows=cfg.launch.training_devices,
+                )
+                if self.mesh is not None:
+                    from jaxdebate.model import shard_batch
+
+                    mbs = [shard_batch(mb, self.mesh) for mb in mbs]
+                if cfg.loss.ppo_epochs > 1:
+                    mbs = [dict(mb, old_logprobs=self.learner.logprobs(self.state.params, mb)) for mb in mbs]
+                for _ in range(cfg.loss.ppo_epochs):
+                    self.state, lmetrics = self.learner.update(self.state, mbs)
+            else:
+                self.state = dataclasses.replace(self.state, step=self.state.step + cfg.loss.ppo_epochs)
+
+        self.rng = rng
+        self.step += 1
+        step = self.step
+        if step % cfg.training.hard_update_ref_every_steps == 0:
+            self.state = self.learner.hard_update_reference(self.state)
+            self.ref_version = step
+        if step % cfg.training.export_every_steps == 0:
+            with timer("sync"):
+                self.sampler_params = _copy_tree(self.state.params)
+                self.sampler.update_weights(self.sampler_params, step)
+                self.sampler_version = step
+        self._commit()
+
+        active = batch.active
+        m: dict[str, float] = {f"train/{k}": float(v) for k, v in rmetrics.items()}
+        m["train/accuracy"] = float(batch.correct[active].mean()) if active.any() else 0.0
+        m["train/debate_accuracy"] = float(batch.debate_correct().mean())
+        for k in ("zero_advantage_fraction", "truncated_fraction", "kept_fraction", "n_kept"):
+            m[f"train/{k}"] = float(fstats[k])
+        turns = max(len(batch.turns), 1)
+        m["train/no_answer_fraction"] = batch.stats.get("no_answer", 0) / turns
+        m["train/completion_tokens_mean"] = batch.stats.get("completion_tokens", 0) / turns
+        m["train/advantage_abs_mean"] = float(np.abs(adv[active]).mean()) if active.any() else 0.0
+        m.update({f"learner/{k}": v for k, v in lmetrics.items()})
+        m["learner/updated"] = float(bool(samples))
+        m.update({f"batch/{k}": v for k, v in bstats.items()})
+        m["weights/sampler_version"] = float(self.sampler_version)
+        m["weights/ref_version"] = float(self.ref_version)
+        m["weights/sampler_lag"] = float(step - 1 - min(t.weight_version for t in batch.turns)) if batch.turns else 0.0
+        self._step_seconds = time.perf_counter() - step_start
+        self._sampled_tokens = float(batch.stats.get("completion_tokens", 0))
+        self._learner_tokens = float(bstats.get("sequence_tokens", 0))
+        return m
+
+    def _validate(self) -> dict[str, float]:
+        cfg = self.config
+        if not self.val_items:
+            return {}
+        with self.timer("validation"):
+            metrics, _ = validate(
+                self.sampler, self.tokenizer, self.val_items, debate=cfg.debate,
+                sampling=self._sampling_params(evaluation=True), grader=self.grader,
+                env_name_remap=cfg.data.env_name_remap, batch_size=cfg.training.eval_batch_size,
+                seed=cfg.training.seed + 7919,
+            )
+        out = {f"val/{k}": v for k, v in metrics.items()}
+        out["val/weight_version"] = float(self.sampler_version)
+        return out
+
+    # --------------------------------------------------------------------------------------- run
+
+    def run(self) -> RunResult:
+        """Train until ``training.total_train_steps`` (or a stop signal); returns the final state."""
+        from tqdm import tqdm
+
+        cfg = self.config
+        t = cfg.training
+        self.timer.open()
+        previous_handlers = None
+        status = "finished"
+        last: dict[str, float] = {}
+        bar = None
+        try:
+            self._setup()
+            previous_handlers = self._install_signals()
+            bar = tqdm(total=t.total_train_steps, initial=self.step, disable=not cfg.logging.progress_bar,
+                       desc=self.workdir.name, unit="step", dynamic_ncols=True)
+            if t.validate_at_start and self.step == 0:
+                self.writer.write(0, self._validate())
+            while self.step < t.total_train_steps:
+                try:
+                    metrics = self._train_step()
+                except _Stop:
+                    status = "interrupted"
+                    break
+                step = self.step
+                if t.validation_every_steps and step % t.validation_every_steps == 0:
+                    metrics.update(self._validate())
+                seconds = self.timer.take()  # a checkpoint's time is reported with the next step
+                for phase, value in seconds.items():
+                    metrics[f"time/{phase}"] = value
+                metrics["time/step"] = self._step_seconds + seconds.get("validation", 0.0)
+                sampling = max(seconds.get("sampling", 0.0), 1e-9)
+                learning = max(seconds.get("learning", 0.0), 1e-9)
+                metrics["throughput/sampled_tokens_per_s"] = self._sampled_tokens / sampling
+                metrics["throughput/learner_tokens_per_s"] = self._learner_tokens / learning
+                metrics["throughput/tokens_per_s"] = self._sampled_tokens / max(self._step_seconds, 1e-9)
+                # metrics first: a run killed while checkpointing has logged every step it resumes after
+                if step % t.log_every_steps == 0 or step == t.total_train_steps:
+                    self.writer.write(step, metrics)
+                if (t.checkpoint_every_steps and step % t.checkpoint_every_steps == 0) or step == t.total_train_steps:
+                    with self.timer("checkpoint"):
+                        self._save()
+                last = metrics
+                bar.update(1)
+                bar.set_postfix(reward=f"{metrics.get('train/reward/raw/mean', 0):.3f}",
+                                acc=f"{metrics.get('train/accuracy', 0):.3f}",
+                                tok_s=f"{metrics['throughput/tokens_per_s']:.0f}")
+                if self._stop_requested:
+                    status = "interrupted"
+                    break
+            if status == "interrupted" and cfg.checkpoint.save_on_interrupt:
+                self._save()
+        finally:
+            if bar is not None:
+                bar.close()
+            if previous_handlers:
+                for s, h in previous_handlers.items():
+                    signal.signal(s, h)
+            self.timer.close()
+            self._close()
+        return RunResult(step=getattr(self, "step", 0), status=status, metrics=last, workdir=self.workdir)
+
+    def _close(self) -> None:
+        for name in ("writer", "sampler", "grader", "checkpointer"):
+            obj = getattr(self, name, None)
+            if obj is not None:
+                try:
+                    obj.close()
+                except Exception as e:  # noqa: BLE001 - closing must not hide the run's own error
+                    print(f"[jaxdebate] closing {name} failed: {e}", file=sys.stderr)
+
+
+def _config_from(data: dict[str, Any]) -> Config:
+    from jaxdebate.config import from_dict
+
+    return from_dict(Config, data)
+
+
+def train(config: Config, workdir: str | Path) -> RunResult:
+    """Run (or resume) one experiment in ``workdir``."""
+    return Trainer(config, workdir).run()

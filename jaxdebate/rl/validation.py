@@ -1,0 +1,68 @@
+"""Validation on held-out problems: one debate per problem with the evaluation sampling settings.
+
+Reports, over all held-out items: per-agent accuracy, accuracy by round, debate (plurality of the
+last played round) accuracy, first-round majority-vote accuracy, and the accuracy of all turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxdebate.data import Item
+from jaxdebate.debate import DebateConfig, Grader, plurality_votes, run_debates
+from jaxdebate.sampling.base import Sampler, SamplingParams
+
+
+def accuracy_report(batches: Sequence[Any]) -> dict[str, float]:
+    """Accuracies over the items of several DebateBatches (each counted by its own turns/debates)."""
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+
+    def add(name: str, total: float, n: float) -> None:
+        sums[name] = sums.get(name, 0.0) + float(total)
+        counts[name] = counts.get(name, 0.0) + float(n)
+
+    for batch in batches:
+        correct, active = batch.correct, batch.active
+        add("accuracy", correct[active].sum(), active.sum())
+        for a in range(active.shape[2]):
+            mask = active[:, :, a, :]
+            add(f"accuracy/agent_{a}", correct[:, :, a, :][mask].sum(), mask.sum())
+        for r in range(active.shape[3]):
+            mask = active[..., r]
+            add(f"accuracy/round_{r}", correct[..., r][mask].sum(), mask.sum())
+        played = active.any(axis=(2, 3))
+        add("accuracy/debate", batch.debate_correct()[played].sum(), played.sum())
+        first = plurality_votes(batch.votes[..., :1], active[..., :1])[..., 0]
+        first_ok = (first == batch.gold[:, None]) & (batch.gold[:, None] >= 0)
+        add("accuracy/majority_first_round", first_ok[played].sum(), played.sum())
+        add("truncated_fraction", batch.stats.get("truncated", 0), batch.stats.get("turns", 0))
+    return {k: (sums[k] / counts[k] if counts[k] else float("nan")) for k in sums} | {
+        "items": float(sum(len(b.items) for b in batches))
+    }
+
+
+def validate(
+    sampler: Sampler,
+    tokenizer,
+    items: Sequence[Item],
+    *,
+    debate: DebateConfig,
+    sampling: SamplingParams,
+    grader: Grader,
+    env_name_remap,
+    batch_size: int,
+    seed: int,
+) -> tuple[dict[str, float], list[Any]]:
+    """Debate every held-out item once (``batch_size`` items per sampler call); ``(metrics, batches)``."""
+    batches = []
+    for start in range(0, len(items), batch_size):
+        chunk = list(items[start:start + batch_size])
+        batches.append(run_debates(
+            sampler, tokenizer, chunk, config=debate, n_rollouts=1, sampling=sampling, grader=grader,
+            env_name_remap=env_name_remap, seed=int(np.uint32(seed + start)),
+        ))
+    return (accuracy_report(batches) if batches else {}), batches

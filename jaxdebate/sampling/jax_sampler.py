@@ -1,0 +1,415 @@
+"""In-process JAX sampler: jitted prefill + decode over the KV cache (DESIGN §6).
+
+Each ``generate`` call groups its ``prompt x n`` rows into batches; a batch is left-padded to static,
+bucketed shapes (rows, prompt length, new tokens: powers of two) so prompts of new lengths reuse the
+compiled code. The distinct prompts of a batch are prefilled once and their caches copied to their ``n``
+rows; decoding is a ``lax.while_loop`` over tokens that exits as soon as every row is done. Stop strings
+are checked on the host between decode chunks (``decode_chunk`` tokens) when a request has any.
+
+Sampling draws one uniform per row and step from a key derived from ``(seed, prompt index, sample
+index, step)``, so a seeded request gives the same samples whatever else shares its batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdebate.errors import ConfigError, SamplerError
+from jaxdebate.model.config import LlamaConfig
+from jaxdebate.model.llama import (
+    F32,
+    forward,
+    head_logits,
+    init_cache,
+    positions_from_mask,
+    unstack_cache,
+    unstack_layers,
+)
+from jaxdebate.model.mesh import batch_sharding, shard_params
+from jaxdebate.sampling.base import Completion, SamplingParams, per_prompt_params
+
+_TOP_P_ITERS = 32
+
+
+def _bucket(n: int, minimum: int) -> int:
+    """Smallest power of two >= max(n, minimum)."""
+    n = max(n, minimum, 1)
+    return 1 << (n - 1).bit_length()
+
+
+def _prompt_bucket(n: int, minimum: int) -> int:
+    """Powers of two up to 512, then multiples of 512 (bounded padding for long prompts)."""
+    if n <= 512:
+        return _bucket(n, minimum)
+    return -(-n // 512) * 512
+
+
+# ------------------------------------------------------------------------------------------ device code
+
+
+def _prefill(params, tokens, mask, rows, cache_len, *, config):
+    """Prefill the distinct prompts ``[Bp, P]`` and copy their caches to the ``rows [B]`` that sample them.
+
+    Returns the next-token logits ``[B, V]``, the per-layer cache (``B`` rows, ``cache_len`` slots) and
+    the position of each row's next token."""
+    bp = tokens.shape[0]
+    cache = init_cache(config, bp, cache_len)
+    positions = positions_from_mask(mask)
+    h, cache = forward(params, config, tokens, positions, mask, cache)
+    logits = head_logits(params, config, h[:, -1])
+    take = functools.partial(jnp.take, indices=rows)
+    cache = {
+        "k": take(cache["k"], axis=1),
+        "v": take(cache["v"], axis=1),
+        "mask": take(cache["mask"], axis=0),
+        "index": cache["index"],
+    }
+    return take(logits, axis=0), unstack_cache(cache), take(positions[:, -1] + 1, axis=0)
+
+
+def _top_p_keep(probs: jax.Array, top_p: jax.Array) -> jax.Array:
+    """The nucleus of each row: tokens with ``p >= tau``, ``tau`` the largest threshold whose kept mass
+    reaches ``top_p`` (found by bisection instead of a full sort; ties at ``tau`` are all kept)."""
+
+    def body(_, bounds):
+        lo, hi = bounds
+        mid = (lo + hi) / 2
+        mass = jnp.sum(jnp.where(probs >= mid[:, None], probs, 0.0), axis=-1)
+        ok = mass >= top_p
+        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
+
+    lo = jnp.zeros(probs.shape[0], F32)
+    lo, _ = jax.lax.fori_loop(0, _TOP_P_ITERS, body, (lo, jnp.max(probs, axis=-1)))
+    return (probs >= lo[:, None]) | (top_p[:, None] >= 1.0)
+
+
+def _sample(logits, keys, step, temperature, top_p, use_top_p):
+    """One token per row and its log-prob (``log_softmax(logits / T)``; greedy rows: ``T = 1``).
+
+    Few passes over ``[B, V]``: an argmax (the greedy token and the max), one exp, block sums; the
+    sampled token is found by a two-level inverse CDF (block, then token within the block)."""
+    greedy = temperature <= 0
+    scaled = logits / jnp.where(greedy, 1.0, temperature)[:, None]
+    best = jnp.argmax(scaled, axis=-1)
+    top = jnp.take_along_axis(scaled, best[:, None], axis=-1)
+    weights = jnp.exp(scaled - top)  # unnormalised probabilities, max 1
+    log_total = jnp.log(jnp.sum(weights, axis=-1))
+    if use_top_p:
+        weights = jnp.where(_top_p_keep(weights / jnp.exp(log_total)[:, None], top_p), weights, 0.0)
+    u = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, step), (), F32))(keys)
+    rows, v = weights.shape
+    block = 256 if v % 256 == 0 else 1
+    blocks = weights.reshape(rows, v // block, block)
+    outer = jnp.cumsum(blocks.sum(-1), axis=-1)
+    target = u * outer[:, -1]
+    b = jnp.minimum(jnp.sum(outer <= target[:, None], axis=-1), v // block - 1)
+    before = jnp.where(b > 0, jnp.take_along_axis(outer, jnp.maximum(b - 1, 0)[:, None], 1)[:, 0], 0.0)
+    inner_weights = jnp.take_along_axis(blocks, b[:, None, None], 1)[:, 0]
+    inner = jnp.cumsum(inner_weights, axis=-1)
+    i = jnp.sum(inner <= (target - before)[:, None], axis=-1)
+    # guard against rounding at a block's end: step back to the last token with weight > 0
+    last_nonzero = block - 1 - jnp.argmax(inner_weights[:, ::-1] > 0, axis=-1)
+    sampled = b * block + jnp.minimum(i, last_nonzero)
+    token = jnp.where(greedy, best, sampled).astype(jnp.int32)
+    picked = jnp.take_along_axis(scaled, token[:, None], axis=-1)[:, 0]
+    return token, picked - top[:, 0] - log_total
+
+
+def _decode(params, state, until, *, config, stop_ids, use_top_p):
+    """Generate tokens ``state["step"] .. until - 1`` (stopping early when every row is done)."""
+    stop = jnp.asarray(stop_ids, jnp.int32)
+    ones = jnp.ones((state["pos"].shape[0], 1), bool)
+    params = unstack_layers(params, config)  # sliced once per call, not once per token
+
+    def cond(s):
+        return (s["step"] < until) & ~jnp.all(s["done"])
+
+    def body(s):
+        token, lp = _sample(s["logits"], s["keys"], s["step"], s["temperature"], s["top_p"], use_top_p)
+        active = ~s["done"]
+        token = jnp.where(active, token, 0)
+        length = s["length"] + active
+        hit_stop = active & jnp.isin(token, stop)
+        h, cache = forward(params, config, token[:, None], s["pos"][:, None], ones, s["cache"])
+        return {
+            **s,
+            "cache": cache,
+            "logits": head_logits(params, config, h[:, 0]),
+            "pos": s["pos"] + 1,
+            "step": s["step"] + 1,
+            "tokens": jax.lax.dynamic_update_slice(s["tokens"], token[:, None], (0, s["step"])),
+            "logprobs": jax.lax.dynamic_update_slice(s["logprobs"], jnp.where(active, lp, 0.0)[:, None],
+                                                     (0, s["step"])),
+            "length": length,
+            "stopped": s["stopped"] | hit_stop,
+            "done": s["done"] | hit_stop | (length >= s["max_new"]),
+        }
+
+    return jax.lax.while_loop(cond, body, state)
+
+
+# ------------------------------------------------------------------------------------------ host shell
+
+
+class JaxSampler:
+    """The Sampler protocol on an in-process Flax Llama.
+
+    ``max_total_len`` bounds prompt + completion (default ``min(max_position_embeddings, 2048)``);
+    completions that reach it end with ``finish_reason="length"``. ``max_batch`` bounds the rows
+    (prompts x n) decoded together. ``stop_ids`` (default ``tokenizer.stop_ids``) end a completion.
+    ``mesh``: place parameters (replicated) and batch rows on a device mesh. ``seed`` seeds requests
+    whose SamplingParams have no seed. The sampler keeps a reference to ``params``: do not donate them.
+    """
+
+    def __init__(
+        self,
+        params: Any,
+        config: LlamaConfig,
+        tokenizer: Any,
+        *,
+        max_total_len: int | None = None,
+        max_batch: int = 64,
+        decode_chunk: int = 32,
+        min_prompt_bucket: int = 16,
+        min_new_bucket: int = 16,
+        stop_ids: Sequence[int] | None = None,
+        mesh: Any = None,
+        seed: int = 0,
+        weight_version: int = 0,
+    ) -> None:
+        limit = min(config.max_position_embeddings, 2048) if max_total_len is None else max_total_len
+        if not 2 <= limit <= config.max_position_embeddings:
+            raise ConfigError(
+                f"sampler.max_total_len must be in [2, {config.max_position_embeddings}] "
+                f"(the model's max_position_embeddings), got {limit}"
+            )
+        for name, value in (("max_batch", max_batch), ("decode_chunk", decode_chunk),
+                            ("min_prompt_bucket", min_prompt_bucket), ("min_new_bucket", min_new_bucket)):
+            if value < 1:
+                raise ConfigError(f"sampler.{name} must be >= 1, got {value}")
+        self.config = config
+        self.tokenizer = tokenizer
+        self.max_total_len = limit
+        self.mesh = mesh
+        self._min_rows = 1 if mesh is None else mesh.devices.size
+        self.max_batch = max(_bucket(max_batch, 1), self._min_rows)
+        self.decode_chunk = decode_chunk
+        self.min_prompt_bucket = min_prompt_bucket
+        self.min_new_bucket = min_new_bucket
+        self.stop_ids = tuple(sorted({int(t) for t in (tokenizer.stop_ids if stop_ids is None else stop_ids)}))
+        self._pad_id = int(getattr(tokenizer, "pad_id", 0))
+        self._seeds = np.random.default_rng(seed)
+        self._lock = threading.Lock()
+        self._params = None
+        self._version = 0
+        self._prefill = jax.jit(functools.partial(_prefill, config=config), static_argnums=(4,))
+        self._decode = {}
+        self.update_weights(params, weight_version)
+
+    # ---------------------------------------------------------------- protocol
+
+    @property
+    def weight_version(self) -> int:
+        return self._version
+
+    def update_weights(self, params: Any, version: int) -> None:
+        """Serve ``params`` from now on; later completions carry ``version``."""
+        placed = params if self.mesh is None else shard_params(params, self.mesh)
+        with self._lock:
+            self._params = placed
+            self._version = int(version)
+
+    def close(self) -> None:
+        """Drop the parameters and compiled functions; later calls raise SamplerError."""
+        with self._lock:
+            self._params = None
+            self._decode.clear()
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams],
+    ) -> list[list[Completion]]:
+        per_prompt = per_prompt_params(prompts, params)
+        with self._lock:
+            if self._params is None:
+                raise SamplerError("the JAX sampler is closed")
+            prompts = [self._check_prompt(i, p) for i, p in enumerate(prompts)]
+            seeds = [int(self._seeds.integers(0, 2**31 - 1)) if sp.seed is None else int(sp.seed)
+                     for sp in per_prompt]
+            rows = [(i, j) for i, sp in enumerate(per_prompt) for j in range(sp.n)]
+            rows.sort(key=lambda r: len(prompts[r[0]]))  # similar lengths share a batch
+            results: dict[tuple[int, int], Completion] = {}
+            for start in range(0, len(rows), self.max_batch):
+                batch = rows[start:start + self.max_batch]
+                for row, completion in zip(batch, self._run_batch(batch, prompts, per_prompt, seeds)):
+                    results[row] = completion
+            return [[results[(i, j)] for j in range(sp.n)] for i, sp in enumerate(per_prompt)]
+
+    def compile_counts(self) -> dict[str, int]:
+        """How many shapes the prefill and decode functions were compiled for (a recompilation check)."""
+        return {
+            "prefill": self._prefill._cache_size(),
+            "decode": sum(f._cache_size() for f in self._decode.values()),
+        }
+
+    def __enter__(self) -> JaxSampler:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- internals
+
+    def _check_prompt(self, index: int, prompt: Sequence[int]) -> list[int]:
+        ids = [int(t) for t in prompt]
+        if not ids:
+            raise SamplerError(f"prompt {index} is empty")
+        bad = [t for t in ids if not 0 <= t < self.config.vocab_size]
+        if bad:
+            raise SamplerError(f"prompt {index} holds token id {bad[0]} outside the vocabulary "
+                               f"[0, {self.config.vocab_size})")
+        if len(ids) >= self.max_total_len:
+            raise SamplerError(f"prompt {index} has {len(ids)} tokens: no room left to generate within "
+                               f"max_total_len={self.max_total_len}")
+        return ids
+
+    def _decode_fn(self, use_top_p: bool):
+        if use_top_p not in self._decode:
+            self._decode[use_top_p] = jax.jit(
+                functools.partial(_decode, config=self.config, stop_ids=self.stop_ids, use_top_p=use_top_p),
+                donate_argnums=(1,),
+            )
+        return self._decode[use_top_p]
+
+    def _place(self, x: np.ndarray) -> jax.Array:
+        if self.mesh is None:
+            return jnp.asarray(x)
+        return jax.device_put(x, batch_sharding(self.mesh, x.ndim))
+
+    def _run_batch(self, rows, prompts, per_prompt, seeds) -> list[Completion]:
+        distinct = sorted({i for i, _ in rows})
+        slot = {p: k for k, p in enumerate(distinct)}
+        longest = max(len(prompts[i]) for i in distinct)
+        width = _prompt_bucket(longest, self.min_prompt_bucket)
+        n_prompts = _bucket(len(distinct), self._min_rows)
+        n_rows = _bucket(len(rows), self._min_rows)
+        max_new = [min(per_prompt[i].max_tokens, self.max_total_len - len(prompts[i])) for i, _ in rows]
+        new_len = _bucket(max(max_new), self.min_new_bucket)
+
+        ids = np.full((n_prompts, width), self._pad_id, np.int32)
+        mask = np.zeros((n_prompts, width), bool)
+        for k in range(n_prompts):
+            p = prompts[distinct[min(k, len(distinct) - 1)]]  # filler rows repeat a real prompt
+            ids[k, width - len(p):] = p
+            mask[k, width - len(p):] = True
+        row_prompt = np.zeros(n_rows, np.int32)
+        temperature = np.zeros(n_rows, np.float32)
+        top_p = np.ones(n_rows, np.float32)
+        limit = np.zeros(n_rows, np.int32)
+        key_ids = np.zeros((n_rows, 3), np.int32)
+        done = np.ones(n_rows, bool)
+        for r, (i, j) in enumerate(rows):
+            sp = per_prompt[i]
+            row_prompt[r] = slot[i]
+            temperature[r] = sp.temperature
+            top_p[r] = sp.top_p if sp.temperature > 0 else 1.0
+            limit[r] = max_new[r]
+            key_ids[r] = (seeds[i], i, j)
+            done[r] = False
+        use_top_p = bool((top_p < 1.0).any())
+
+        params = self._params
+        logits, cache, pos = self._prefill(params, self._place(ids), self._place(mask),
+                                           jnp.asarray(row_prompt), width + new_len)
+        state = {
+            "cache": cache,
+            "logits": logits,
+            "pos": pos,
+            "step": jnp.zeros((), jnp.int32),
+            "keys": self._place(np.asarray(_row_keys(jnp.asarray(key_ids)))),
+            "temperature": self._place(temperature),
+            "top_p": self._place(top_p),
+            "max_new": self._place(limit),
+            "tokens": self._place(np.zeros((n_rows, new_len), np.int32)),
+            "logprobs": self._place(np.zeros((n_rows, new_len), np.float32)),
+            "length": self._place(np.zeros(n_rows, np.int32)),
+            "stopped": self._place(np.zeros(n_rows, bool)),
+            "done": self._place(done),
+        }
+        decode = self._decode_fn(use_top_p)
+        stops = [per_prompt[i].stop for i, _ in rows]
+        check_strings = any(stops)
+        cut: dict[int, tuple[int, str]] = {}  # row -> (tokens kept, text) for stop-string hits
+        step = 0
+        while True:
+            until = min(step + self.decode_chunk, new_len) if check_strings else new_len
+            state = decode(params, state, jnp.asarray(until, jnp.int32))
+            step = until
+            done = np.array(state["done"])
+            if check_strings:
+                tokens, length = np.asarray(state["tokens"]), np.asarray(state["length"])
+                for r, stop in enumerate(stops):
+                    if stop and r not in cut:
+                        hit = self._find_stop(tokens[r, :length[r]], stop)
+                        if hit is not None:
+                            cut[r] = hit
+                            done[r] = True
+                state["done"] = self._place(done)
+            if done.all() or step >= new_len:
+                break
+
+        tokens, logprobs = np.asarray(state["tokens"]), np.asarray(state["logprobs"])
+        length, stopped = np.asarray(state["length"]), np.asarray(state["stopped"])
+        out = []
+        for r in range(len(rows)):
+            if r in cut:
+                n, text = cut[r]
+                out.append(Completion(tuple(tokens[r, :n].tolist()), text, tuple(logprobs[r, :n].tolist()),
+                                      "stop", self._version))
+                continue
+            n = int(length[r])
+            ids_r = tokens[r, :n].tolist()
+            text_ids = ids_r[:-1] if stopped[r] else ids_r
+            out.append(Completion(tuple(ids_r), self.tokenizer.decode(text_ids),
+                                  tuple(logprobs[r, :n].tolist()), "stop" if stopped[r] else "length",
+                                  self._version))
+        return out
+
+    def _find_stop(self, ids: np.ndarray, stop: tuple[str, ...]) -> tuple[int, str] | None:
+        """``(tokens kept, text before the stop string)`` for the earliest stop string, or None."""
+        ids = ids.tolist()
+        if ids and ids[-1] in self.stop_ids:
+            ids = ids[:-1]  # a stop token is not text
+        text = self.tokenizer.decode(ids)
+        found = [(text.find(s), s) for s in stop if s in text]
+        if not found:
+            return None
+        at, _ = min(found)
+        lo, hi = 1, len(ids)  # smallest prefix whose text already reaches past the stop string
+        while lo < hi:
+            mid = (lo + hi) // 2
+            prefix = self.tokenizer.decode(ids[:mid])
+            if any(s in prefix for s in stop):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo, text[:at]
+
+
+@jax.jit
+def _row_keys(ids: jax.Array) -> jax.Array:
+    """Per-row PRNG keys from ``[seed, prompt index, sample index]`` rows."""
+
+    def one(row):
+        key = jax.random.PRNGKey(row[0])
+        return jax.random.fold_in(jax.random.fold_in(key, row[1]), row[2])
+
+    return jax.vmap(one)(ids)

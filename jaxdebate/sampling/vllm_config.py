@@ -1,0 +1,132 @@
+"""Configuration of the vLLM sampling server (the ``sampler.vllm`` config section).
+
+Standard library only: importing this module must not pull in jax, torch or vllm, so experiment
+configs can name it on machines without the server's virtualenv.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from pathlib import Path
+from typing import Literal
+
+from jaxdebate.errors import ConfigError
+
+#: ``processed_logprobs`` is ``log_softmax(logits / temperature)`` (before top-p when top_p == 1),
+#: the Sampler convention; ``raw_logprobs`` is ``log_softmax(logits)`` (temperature ignored).
+LogprobsMode = Literal["processed_logprobs", "raw_logprobs"]
+Dtype = Literal["bfloat16", "float32", "float16"]
+
+_SECTION = "sampler.vllm"
+
+
+@dataclasses.dataclass(frozen=True)
+class VLLMConfig:
+    """How jaxdebate runs (or reaches) the vLLM server that samples debates.
+
+    ``url`` empty: jaxdebate starts its own server with ``python`` (the interpreter of the server's
+    virtualenv, made by ``scripts/install_vllm.sh``; a relative path is taken from the current
+    directory, then from the repository root). ``url`` set: connect to that running server instead
+    (it must run with ``VLLM_SERVER_DEV_MODE=1`` and see ``sync_dir`` for weight updates, and it is
+    not restarted on failure). ``dtype`` is both the served precision and the export precision of
+    weight syncs. ``kv_cache_gib`` sets ``VLLM_CPU_KVCACHE_SPACE`` (CPU) or is ignored on GPU.
+    ``max_model_len``/``max_num_seqs`` 0 keep vLLM's defaults. ``sync_dir`` empty: ``/dev/shm`` when
+    present, else the run's workdir. ``max_restarts`` bounds restarts of a dead server within one
+    call; ``max_concurrency`` bounds concurrent HTTP requests. ``extra_args`` go to vLLM verbatim.
+    """
+
+    url: str = ""
+    python: str = ".venv-vllm/bin/python"
+    dtype: Dtype = "bfloat16"
+    enforce_eager: bool = True
+    kv_cache_gib: int = 2
+    max_model_len: int = 0
+    max_num_seqs: int = 0
+    gpu_memory_utilization: float = 0.5
+    startup_timeout_s: float = 600.0
+    request_timeout_s: float = 600.0
+    logprobs_mode: LogprobsMode = "processed_logprobs"
+    sync_dir: str = ""
+    max_restarts: int = 2
+    max_concurrency: int = 64
+    seed: int = 0
+    extra_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            _check_type(f"{_SECTION}.{f.name}", getattr(self, f.name), hints[f.name], self, f.name)
+        if self.url and not self.url.startswith(("http://", "https://")):
+            self._fail("url", "must start with http:// or https:// (or be empty to start a server)")
+        if not self.url and not self.python.strip():
+            self._fail("python", "must name the vLLM virtualenv's interpreter")
+        positive = ("kv_cache_gib", "startup_timeout_s", "request_timeout_s", "max_concurrency")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                self._fail(name, "must be > 0")
+        for name in ("max_model_len", "max_num_seqs", "max_restarts"):
+            if getattr(self, name) < 0:
+                self._fail(name, "must be >= 0")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            self._fail("gpu_memory_utilization", "must be in (0, 1]")
+        reserved = {"--model", "--port", "--host", "--dtype", "--logprobs-mode", "--worker-extension-cls"}
+        clash = sorted(a.split("=")[0] for a in self.extra_args if a.split("=")[0] in reserved)
+        if clash:
+            self._fail("extra_args", f"must not set {clash} (jaxdebate sets them)")
+
+    def _fail(self, field: str, message: str) -> None:
+        raise ConfigError(f"{_SECTION}.{field} {message}, got {getattr(self, field)!r}")
+
+    def python_path(self) -> Path:
+        """The server interpreter: absolute, or relative to the cwd, then to the repository root."""
+        path = Path(os.path.expanduser(self.python))
+        if path.is_absolute():
+            return path
+        for base in (Path.cwd(), repo_root()):
+            if (base / path).exists():
+                return (base / path).absolute()
+        return (repo_root() / path).absolute()
+
+    def installed(self) -> bool:
+        """True when this config can reach a server: a URL, or an existing server interpreter."""
+        return bool(self.url) or self.python_path().is_file()
+
+    def sync_root(self, workdir: str | Path) -> Path:
+        """Where weight syncs are written: ``sync_dir``, else ``/dev/shm``, else ``workdir``."""
+        if self.sync_dir:
+            return Path(os.path.expanduser(self.sync_dir))
+        shm = Path("/dev/shm")
+        if shm.is_dir() and os.access(shm, os.W_OK):
+            return shm
+        return Path(workdir)
+
+
+def repo_root() -> Path:
+    """The checkout that holds the ``jaxdebate`` package (where ``.venv-vllm`` is made)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def _check_type(path: str, value, tp, config: VLLMConfig, name: str) -> None:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        ok = value in typing.get_args(tp)
+        expected = f"one of {list(typing.get_args(tp))}"
+    elif tp is bool:
+        ok, expected = isinstance(value, bool), "true or false"
+    elif tp is int:
+        ok, expected = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif tp is float:
+        ok, expected = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+        if ok:
+            object.__setattr__(config, name, float(value))
+    elif tp is str:
+        ok, expected = isinstance(value, str), "a string"
+    else:  # tuple[str, ...]
+        ok = isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value)
+        expected = "a list of strings"
+        if ok:
+            object.__setattr__(config, name, tuple(value))
+    if not ok:
+        raise ConfigError(f"{path} must be {expected}, got {value!r}")

@@ -1,0 +1,476 @@
+"""The Sampler backed by a vLLM server, with live weight sync from the JAX learner (DESIGN §6).
+
+``generate`` sends every prompt of a call as its own concurrent ``/v1/completions`` request (token-id
+prompts, ``n`` samples each). ``update_weights`` exports the parameter tree as HF safetensors (to
+``/dev/shm`` when present) and reloads them in place: ``/pause?mode=wait`` (in-flight sequences finish
+on the old weights) -> ``reload_weights`` -> refresh the tied LM head's packed copy -> reset the prefix
+cache -> ``/resume``. Completions are tagged with the version they were sampled with; calls and syncs
+exclude each other, so no completion mixes weights. A dead or silent server is restarted from the last
+exported weights and the lost requests are sent again (``sampler.vllm.max_restarts`` per call).
+
+Log-probs follow the convention of :mod:`jaxdebate.sampling.base` with ``logprobs_mode =
+processed_logprobs`` (the default) whenever ``top_p == 1``; with ``top_p < 1`` vLLM reports the
+log-prob under the top-p-renormalised distribution (higher by ``-log(kept mass)``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import math
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from jaxdebate.errors import ConfigError, SamplerError
+from jaxdebate.sampling.base import Completion, SamplingParams, per_prompt_params
+from jaxdebate.sampling.vllm_config import VLLMConfig
+from jaxdebate.sampling.vllm_server import SERVED_MODEL_NAME, ServerUnavailable, VLLMServer
+
+log = logging.getLogger(__name__)
+
+_TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+    "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncStats:
+    """Latency of one weight sync: exporting the tree, and the server's in-place reload."""
+
+    version: int
+    export_s: float
+    reload_s: float
+    restarted: bool = False
+
+    @property
+    def total_s(self) -> float:
+        return self.export_s + self.reload_s
+
+
+class _ReadWriteLock:
+    """Many concurrent ``generate`` calls, or one weight sync, never both."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer:
+                self._cond.wait()
+            self._writer = True
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class VLLMSampler:
+    """Sampler protocol over a vLLM server. Build it with :meth:`from_params` or :meth:`from_dir`."""
+
+    def __init__(
+        self,
+        server: VLLMServer,
+        *,
+        model_dir: str | Path,
+        sync_dir: str | Path,
+        model_config: Any = None,
+        stop_token_ids: Sequence[int] = (),
+        weight_version: int = 0,
+    ) -> None:
+        self.server = server
+        self.config: VLLMConfig = server.config
+        self._model_dir = Path(model_dir)
+        self._sync_dir = Path(sync_dir)
+        self._model_config = model_config
+        self._stop_ids = [int(t) for t in stop_token_ids]
+        self._version = int(weight_version)
+        self._lock = _ReadWriteLock()
+        self._restart_lock = threading.Lock()
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.config.max_concurrency, thread_name_prefix="vllm-request"
+        )
+        self.syncs: list[SyncStats] = []
+        self.restarts = 0
+        self._closed = False
+        self._max_model_len = 0
+        self._refresh_model_info()
+        atexit.register(self.close)
+
+    # ------------------------------------------------------------------------------- construction
+
+    @classmethod
+    def from_params(
+        cls,
+        params: Any,
+        model_config: Any,
+        *,
+        workdir: str | Path,
+        config: VLLMConfig | None = None,
+        tokenizer: Any = None,
+        stop_token_ids: Sequence[int] | None = None,
+        weight_version: int = 0,
+    ) -> VLLMSampler:
+        """Export ``params`` (HF safetensors in ``config.dtype``) and serve them from a new server
+        (or push them to the server at ``config.url``). ``tokenizer`` is a jaxdebate Tokenizer; its
+        ``stop_ids`` end completions unless ``stop_token_ids`` is given."""
+        from jaxdebate.model import export_hf
+
+        config = config or VLLMConfig()
+        if tokenizer is None:
+            raise ConfigError("VLLMSampler.from_params needs the model's tokenizer (the server tokenises stop strings)")
+        sync_dir = _new_sync_dir(config, workdir)
+        t0 = time.perf_counter()
+        export_hf(params, model_config, sync_dir, tokenizer=tokenizer, dtype=config.dtype)
+        export_s = time.perf_counter() - t0
+        stops = tokenizer.stop_ids if stop_token_ids is None else stop_token_ids
+        server = VLLMServer(config, workdir, sync_dir)
+        try:
+            server.start()
+            sampler = cls(server, model_dir=sync_dir, sync_dir=sync_dir, model_config=model_config,
+                          stop_token_ids=stops, weight_version=weight_version)
+        except BaseException:
+            server.stop()
+            shutil.rmtree(sync_dir, ignore_errors=True)
+            raise
+        if server.external:  # the external server serves something else: push our weights
+            sampler._reload(sync_dir)
+        sampler.syncs.append(SyncStats(weight_version, export_s, 0.0))
+        return sampler
+
+    @classmethod
+    def from_dir(
+        cls,
+        model_dir: str | Path,
+        *,
+        workdir: str | Path,
+        config: VLLMConfig | None = None,
+        model_config: Any = None,
+        stop_token_ids: Sequence[int] = (),
+        weight_version: int = 0,
+    ) -> VLLMSampler:
+        """Serve an existing HF directory (with tokenizer files). ``model_config`` (a jaxdebate
+        LlamaConfig) is needed only to push parameter trees later with :meth:`update_weights`."""
+        config = config or VLLMConfig()
+        server = VLLMServer(config, workdir, model_dir)
+        sync_dir = _new_sync_dir(config, workdir)
+        try:
+            server.start()
+            sampler = cls(server, model_dir=model_dir, sync_dir=sync_dir, model_config=model_config,
+                          stop_token_ids=stop_token_ids, weight_version=weight_version)
+        except BaseException:
+            server.stop()
+            shutil.rmtree(sync_dir, ignore_errors=True)
+            raise
+        if server.external:
+            sampler._reload(Path(model_dir))
+        return sampler
+
+    # ------------------------------------------------------------------------------------ protocol
+
+    @property
+    def weight_version(self) -> int:
+        return self._version
+
+    @property
+    def model_dir(self) -> Path:
+        """The HF directory holding the weights now served (what a restart would load)."""
+        return self._model_dir
+
+    @property
+    def last_sync(self) -> SyncStats | None:
+        return self.syncs[-1] if self.syncs else None
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams],
+    ) -> list[list[Completion]]:
+        """Sample ``n`` completions per prompt; all prompts go out as concurrent requests."""
+        self._check_open()
+        per_prompt = per_prompt_params(prompts, params)
+        if not prompts:
+            return []
+        with self._lock.read():
+            version = self._version
+            bodies = [self._body(i, p, sp) for i, (p, sp) in enumerate(zip(prompts, per_prompt))]
+            results: list[list[Completion] | None] = [None] * len(bodies)
+            pending = list(range(len(bodies)))
+            failures = 0
+            while pending:
+                epoch = self.server.starts
+                futures = {i: self._pool.submit(self.server.request, "/v1/completions", bodies[i])
+                           for i in pending}
+                lost, error = [], None
+                for i, future in futures.items():
+                    try:
+                        results[i] = self._parse(i, future.result(), per_prompt[i], version)
+                    except ServerUnavailable as e:
+                        lost.append(i)
+                        error = error or e
+                pending = lost
+                if pending:
+                    failures += 1
+                    if failures > self.config.max_restarts:
+                        raise SamplerError(
+                            f"{len(pending)} of {len(bodies)} vLLM requests failed after "
+                            f"{self.config.max_restarts} restart(s) (sampler.vllm.max_restarts): {error}\n"
+                            f"last lines of {self.server.log_path}:\n{self.server.log_tail()}"
+                        ) from error
+                    self._recover(error, epoch)
+        return results  # type: ignore[return-value]
+
+    def update_weights(self, params: Any, version: int) -> None:
+        """Serve ``params`` (a parameter tree, or an HF directory) from now on, as ``version``.
+
+        Waits for running calls to finish; the server pauses (in-flight sequences drain on the old
+        weights), reloads in place, refreshes the tied head and clears the prefix cache."""
+        self._check_open()
+        with self._lock.write():
+            t0 = time.perf_counter()
+            if isinstance(params, (str, Path)):
+                source = Path(params)
+                if not (source / "config.json").is_file():
+                    raise ConfigError(f"update_weights: {source} is not an HF model directory")
+            else:
+                source = self._export(params)
+            t1 = time.perf_counter()
+            restarted = False
+            for attempt in range(self.config.max_restarts + 1):
+                try:
+                    self._reload(source)
+                    break
+                except ServerUnavailable as e:
+                    if attempt == self.config.max_restarts:
+                        raise SamplerError(
+                            f"weight sync to version {version} failed after {attempt} restart(s): {e}\n"
+                            f"last lines of {self.server.log_path}:\n{self.server.log_tail()}"
+                        ) from e
+                    if not self.server.external:  # a fresh server loads the new weights at start-up
+                        self._restart(source, reason=str(e))
+                        restarted = True
+                        break
+                    self._wait_external(e)
+            self._model_dir = source
+            self._version = int(version)
+            stats = SyncStats(int(version), t1 - t0, time.perf_counter() - t1, restarted)
+            self.syncs.append(stats)
+            log.info("vLLM weight sync to version %d: export %.3f s, reload %.3f s%s", version,
+                     stats.export_s, stats.reload_s, " (server restarted)" if restarted else "")
+
+    def close(self) -> None:
+        """Stop the server (if started here) and delete the exported weights."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.server.stop()
+        shutil.rmtree(self._sync_dir, ignore_errors=True)
+
+    def __enter__(self) -> VLLMSampler:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------ requests
+
+    def _body(self, index: int, prompt: Sequence[int], sp: SamplingParams) -> dict[str, Any]:
+        ids = [int(t) for t in prompt]
+        if not ids:
+            raise SamplerError(f"prompt {index} is empty")
+        max_tokens = sp.max_tokens
+        if self._max_model_len:
+            room = self._max_model_len - len(ids)
+            if room < 1:
+                raise SamplerError(
+                    f"prompt {index} has {len(ids)} tokens, no room left in the server's context of "
+                    f"{self._max_model_len} (sampler.vllm.max_model_len)"
+                )
+            max_tokens = min(max_tokens, room)
+        greedy = sp.temperature == 0.0
+        body: dict[str, Any] = {
+            "model": self._served_name,
+            "prompt": ids,
+            "max_tokens": max_tokens,
+            "n": sp.n,
+            "temperature": sp.temperature,
+            "top_p": 1.0 if greedy else sp.top_p,
+            "top_k": 0,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": True,
+            "include_stop_str_in_output": False,
+        }
+        if sp.seed is not None:
+            body["seed"] = request_seed(sp.seed, index)
+        if sp.stop:
+            body["stop"] = list(sp.stop)
+        if self._stop_ids:
+            body["stop_token_ids"] = list(self._stop_ids)
+        return body
+
+    def _parse(self, index: int, payload: Any, sp: SamplingParams, version: int) -> list[Completion]:
+        try:
+            choices = sorted(payload["choices"], key=lambda c: c.get("index", 0))
+        except (KeyError, TypeError) as e:
+            raise SamplerError(f"vLLM answer for prompt {index} has no choices: {str(payload)[:300]}") from e
+        if len(choices) != sp.n:
+            raise SamplerError(f"vLLM returned {len(choices)} completions for prompt {index}, expected n={sp.n}")
+        out = []
+        for choice in choices:
+            finish = choice.get("finish_reason")
+            if finish == "abort":
+                raise ServerUnavailable(f"vLLM aborted the request for prompt {index}")
+            if finish not in ("stop", "length"):
+                raise SamplerError(f"vLLM finished prompt {index} with unexpected reason {finish!r}")
+            lp = choice.get("logprobs") or {}
+            logprobs = [(-math.inf if x is None else float(x)) for x in lp.get("token_logprobs") or []]
+            ids = choice.get("token_ids")
+            if ids is None:  # older servers: ids only as "token_id:N" strings
+                ids = [int(str(t).rsplit(":", 1)[1]) for t in lp.get("tokens") or []]
+            if len(ids) != len(logprobs):
+                raise SamplerError(
+                    f"vLLM returned {len(ids)} tokens but {len(logprobs)} log-probs for prompt {index}"
+                )
+            out.append(Completion(tuple(int(t) for t in ids), choice.get("text") or "", tuple(logprobs),
+                                  finish, version))
+        return out
+
+    # ---------------------------------------------------------------------------------- weight sync
+
+    def _export(self, params: Any) -> Path:
+        if self._model_config is None:
+            raise ConfigError("update_weights got a parameter tree but the sampler has no model_config "
+                              "(pass model_config= to VLLMSampler.from_dir)")
+        from jaxdebate.model import export_hf
+
+        self._sync_dir.mkdir(parents=True, exist_ok=True)
+        if self._model_dir != self._sync_dir:  # first export: a restart needs the tokenizer too
+            for name in _TOKENIZER_FILES:
+                if (self._model_dir / name).is_file():
+                    shutil.copyfile(self._model_dir / name, self._sync_dir / name)
+        export_hf(params, self._model_config, self._sync_dir, dtype=self.config.dtype)
+        return self._sync_dir
+
+    def _reload(self, source: Path) -> None:
+        """Pause (drain), reload in place, refresh the LM head, reset the prefix cache, resume."""
+        server = self.server
+        server.request("/pause", query={"mode": "wait"})
+        try:
+            server.collective_rpc("reload_weights", {"weights_path": str(source)})
+            server.collective_rpc("refresh_lm_head")
+            for _ in range(20):
+                result = server.request("/reset_prefix_cache") or {}
+                if result.get("success", True):
+                    break
+                time.sleep(0.05)
+            else:
+                raise SamplerError("vLLM refused to reset its prefix cache after a weight sync")
+        finally:
+            with contextlib.suppress(ServerUnavailable):
+                server.request("/resume")
+
+    # ------------------------------------------------------------------------------------- recovery
+
+    def _recover(self, error: Exception, epoch: int) -> None:
+        """After lost requests: restart a dead or silent server (once per failure), or wait."""
+        if self.server.external:
+            self._wait_external(error)
+            return
+        with self._restart_lock:
+            if self.server.starts != epoch:  # another call restarted it already
+                return
+            if self.server.running() and self.server.healthy(timeout=10.0):
+                log.warning("vLLM requests failed but the server is healthy; retrying: %s", error)
+                return
+            self._restart(self._model_dir, reason=str(error))
+
+    def _restart(self, model_dir: Path, reason: str) -> None:
+        log.warning("restarting the vLLM server from %s (weights version %d): %s", model_dir, self._version, reason)
+        self.restarts += 1
+        self.server.restart(model_dir)
+        self._refresh_model_info()
+
+    def _wait_external(self, error: Exception) -> None:
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        while not self.server.healthy(timeout=5.0):
+            if time.monotonic() > deadline:
+                raise SamplerError(f"the vLLM server at {self.server.url} stopped answering: {error}") from error
+            time.sleep(1.0)
+
+    def _refresh_model_info(self) -> None:
+        info = self.server.model_info()
+        self._served_name = str(info.get("id", SERVED_MODEL_NAME))
+        self._max_model_len = int(info.get("max_model_len") or 0)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SamplerError("the vLLM sampler is closed")
+
+
+def request_seed(seed: int, index: int) -> int:
+    """The vLLM seed of prompt ``index`` in a call seeded with ``seed``.
+
+    vLLM draws its noise from the request seed alone, so one seed shared by every prompt of a call
+    would give all prompts the same noise (correlated samples); mixing in the index keeps calls
+    repeatable and prompts independent. (The ``n`` samples of one prompt already differ.)
+    """
+    digest = hashlib.sha256(f"jaxdebate:{int(seed)}:{int(index)}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def _new_sync_dir(config: VLLMConfig, workdir: str | Path) -> Path:
+    """A fresh ``<sync root>/jaxdebate-vllm-<pid>-<id>``; first removes the ones left by processes
+    that died without cleaning up (a killed trainer must not leak exported weights in /dev/shm)."""
+    root = config.sync_root(workdir)
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob("jaxdebate-vllm-*-*"):
+        pid = stale.name.split("-")[2]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    path = root / f"jaxdebate-vllm-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    path.mkdir(exist_ok=False)
+    return path
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

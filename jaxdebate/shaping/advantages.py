@@ -1,0 +1,58 @@
+"""Group-baseline advantage estimators over shaped rewards (the same for every strategy, DESIGN §4).
+
+Groupings over [B, G, A, R]:
+  `prompt`      — all active turns of one prompt's G debates form one group (reduce over G, A, R);
+  `agent_round` — each (b, agent, round) slot across the G rollouts (reduce over G).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from jaxdebate.errors import ConfigError
+
+ESTIMATORS = ("grpo", "rloo")
+GROUPINGS = ("prompt", "agent_round")
+
+
+def group_axes(grouping: str) -> tuple[int, ...]:
+    """The axes of [B, G, A, R] that one advantage group reduces over."""
+    if grouping == "prompt":
+        return (1, 2, 3)
+    if grouping == "agent_round":
+        return (1,)
+    raise ConfigError(f"advantage grouping must be one of {', '.join(GROUPINGS)}, got {grouping!r}")
+
+
+def masked_group_stats(x, active, grouping: str):
+    """(sum, count, mean) of the active members of each group, broadcastable to [B, G, A, R]."""
+    axes = group_axes(grouping)
+    x = jnp.where(active, x, 0.0)
+    total = jnp.sum(x, axis=axes, keepdims=True)
+    count = jnp.sum(active, axis=axes, keepdims=True, dtype=jnp.int32).astype(jnp.float32)
+    return total, count, total / jnp.maximum(count, 1.0)
+
+
+@functools.partial(jax.jit, static_argnames=("estimator", "grouping"))
+def compute_advantages(shaped, active, *, estimator: str, grouping: str, eps=1e-6):
+    """Advantages f32 [B, G, A, R] (0 where inactive).
+
+    grpo: (x - mean) / (std + eps) over the group's active members (population std);
+    rloo: x - mean of the group's OTHER active members (0 for a singleton group).
+    """
+    if estimator not in ESTIMATORS:
+        raise ConfigError(f"advantage estimator must be one of {', '.join(ESTIMATORS)}, got {estimator!r}")
+    shaped = jnp.asarray(shaped, jnp.float32)
+    active = jnp.asarray(active, bool)
+    total, count, mean = masked_group_stats(shaped, active, grouping)
+    if estimator == "grpo":
+        dev = jnp.where(active, shaped - mean, 0.0)
+        var = jnp.sum(dev * dev, axis=group_axes(grouping), keepdims=True) / jnp.maximum(count, 1.0)
+        adv = dev / (jnp.sqrt(var) + eps)
+    else:
+        others = jnp.maximum(count - 1.0, 1.0)
+        adv = jnp.where(count > 1.0, shaped - (total - shaped) / others, 0.0)
+    return jnp.where(active, adv, 0.0)

@@ -1,0 +1,366 @@
+"""The five-strategy sweep: strategy configs × seeds, run locally one after another or on SLURM.
+
+Every run is one ``python -m jaxdebate.launch`` process with its own workdir
+``<sweep_dir>/<config-stem>-seed<seed>``; the sweep keeps a small ``run.json`` there (status, attempts,
+wall time, job id). Re-launching a sweep skips runs whose status is ``done`` and re-runs the others:
+the trainer resumes them from their last orbax checkpoint. ``--base`` swaps everything except the
+shaping section for another config (e.g. ``configs/smoke.py``), which is how CI sweeps tiny models.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from jaxdebate.config import LaunchConfig, apply_overrides, load_config, to_dict
+from jaxdebate.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STRATEGY_FILES = ("identity", "difference_rewards", "potential_based", "coma", "reward_mixing")
+EXECUTORS = ("local", "submitit_local", "slurm")
+RUN_FILE = "run.json"
+EXIT_OK, EXIT_INTERRUPTED = 0, 130  # python -m jaxdebate.launch: finished / interrupted (checkpointed)
+
+
+def default_configs() -> list[Path]:
+    """The five strategy configs shipped in ``configs/``."""
+    return [REPO_ROOT / "configs" / f"{name}.py" for name in STRATEGY_FILES]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One run of the sweep: which config file, which seed, which overrides, where."""
+
+    name: str
+    strategy: str
+    config_path: str
+    seed: int
+    overrides: tuple[str, ...]
+    workdir: str
+    launch: dict[str, Any]
+
+    def command(self, python: str | None = None) -> list[str]:
+        cmd = [python or sys.executable, "-m", "jaxdebate.launch", "--config", self.config_path,
+               "--workdir", self.workdir]
+        for item in self.overrides:
+            cmd += ["--set", item]
+        return cmd
+
+
+def _shaping_overrides(config: Any) -> list[str]:
+    shaping = to_dict(config)["shaping"]
+    return [f"shaping.strategy={shaping['strategy']}", f"shaping.params={json.dumps(shaping['params'])}"]
+
+
+def plan_runs(
+    sweep_dir: str | Path,
+    configs: Sequence[str | Path] | None = None,
+    seeds: Sequence[int] = (42,),
+    *,
+    base: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    launch_overrides: Sequence[str] = (),
+) -> list[RunSpec]:
+    """Expand configs × seeds into run specs, validating every resulting config before anything runs.
+
+    With ``base``, each run uses the base config file with the strategy config's shaping section.
+    ``launch_overrides`` (``partition=gpu_8``, ``time_limit_minutes=60``…) change the launch section.
+    """
+    configs = [Path(c) for c in (configs or default_configs())]
+    if not seeds:
+        raise ConfigError("the sweep needs at least one seed")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds must be distinct, got {list(seeds)}")
+    stems = [c.stem for c in configs]
+    if len(set(stems)) != len(stems):
+        raise ConfigError(f"config file names must be distinct (they name the runs): {stems}")
+    sweep_dir = Path(sweep_dir).resolve()
+    launch_sets = [f"launch.{item}" for item in launch_overrides]
+    runs = []
+    for path in configs:
+        strategy_cfg = load_config(path)
+        for seed in seeds:
+            extra = [*overrides, f"training.seed={seed}", *launch_sets]
+            if base is not None:
+                config_path = Path(base)
+                extra = _shaping_overrides(strategy_cfg) + extra
+            else:
+                config_path = path
+            # Validate now: a bad override fails the whole sweep before any run starts.
+            config = apply_overrides(load_config(config_path), extra)
+            name = f"{path.stem}-seed{seed}"
+            runs.append(
+                RunSpec(
+                    name=name,
+                    strategy=path.stem,
+                    config_path=str(config_path.resolve()),
+                    seed=seed,
+                    overrides=tuple(extra),
+                    workdir=str(sweep_dir / name),
+                    launch=to_dict(config.launch),
+                )
+            )
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------------
+# Run state on disk
+# ---------------------------------------------------------------------------------------------------
+
+
+def read_state(workdir: str | Path) -> dict[str, Any]:
+    """The run's ``run.json`` (``{"status": "pending"}`` when it has never started)."""
+    path = Path(workdir) / RUN_FILE
+    if not path.is_file():
+        return {"status": "pending"}
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        return {"status": "pending", "note": f"unreadable {path}"}
+
+
+def write_state(workdir: str | Path, state: dict[str, Any]) -> None:
+    path = Path(workdir) / RUN_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2))
+    tmp.replace(path)
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def effective_status(spec: RunSpec) -> str:
+    """``done`` / ``running`` (a live process owns it) / ``interrupted`` / ``failed`` / ``pending``."""
+    state = read_state(spec.workdir)
+    status = state.get("status", "pending")
+    if status == "running":
+        if state.get("host") == os.uname().nodename and not _pid_alive(state.get("pid")):
+            return "interrupted"
+        return "running"
+    return status
+
+
+# ---------------------------------------------------------------------------------------------------
+# Executing one run (used by every executor, including inside a SLURM job)
+# ---------------------------------------------------------------------------------------------------
+
+
+def execute(spec: RunSpec, *, echo: bool = True) -> dict[str, Any]:
+    """Run one spec to completion in a child process; returns its final state.
+
+    Output goes to ``<workdir>/launch.log`` (and the terminal when ``echo``). SIGTERM/SIGINT to this
+    process are forwarded to the child, which checkpoints before exiting.
+    """
+    workdir = Path(spec.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    state = read_state(workdir)
+    attempts = int(state.get("attempts", 0)) + 1
+    started = time.time()
+    state.update(
+        name=spec.name, config=spec.config_path, seed=spec.seed, overrides=list(spec.overrides),
+        status="running", attempts=attempts, started_at=started, host=os.uname().nodename,
+        pid=os.getpid(), command=shlex.join(spec.command()),
+    )
+    write_state(workdir, state)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # Runs of one sweep compile the same programs: share XLA's persistent compilation cache.
+    env.setdefault("JAX_COMPILATION_CACHE_DIR", str(workdir.parent / ".jax_cache"))
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+    log_path = workdir / "launch.log"
+    with open(log_path, "a") as log:
+        log.write(f"\n=== attempt {attempts} at {time.ctime(started)}: {state['command']}\n")
+        log.flush()
+        proc = subprocess.Popen(
+            spec.command(), cwd=str(REPO_ROOT), env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, bufsize=1,
+        )
+
+        def forward(signum, _frame):
+            proc.send_signal(signum)
+
+        previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                if echo:
+                    sys.stdout.write(f"[{spec.name}] {line}")
+                    sys.stdout.flush()
+            returncode = proc.wait()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+    wall = float(state.get("wall_time_s", 0.0)) + time.time() - started
+    status = {EXIT_OK: "done", EXIT_INTERRUPTED: "interrupted"}.get(returncode, "failed")
+    if returncode < 0:  # killed by a signal: resumable from its last checkpoint
+        status = "interrupted"
+    state.update(
+        status=status,
+        returncode=returncode, finished_at=time.time(), wall_time_s=wall, pid=None,
+    )
+    write_state(workdir, state)
+    return state
+
+
+class SubmititRun:
+    """The callable a submitit job runs: one :func:`execute`; on SLURM preemption or time-out it
+    requeues itself, and the requeued job resumes the run from its last checkpoint."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+
+    def __call__(self) -> dict[str, Any]:
+        return execute(self.spec, echo=True)
+
+    def checkpoint(self, *args: Any, **kwargs: Any):  # submitit's requeue hook
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(SubmititRun(self.spec))
+
+
+def slurm_parameters(launch: dict[str, Any], name: str) -> dict[str, Any]:
+    """submitit ``update_parameters`` arguments from a run's launch section.
+
+    The priority class maps to the SLURM QoS unless ``qos`` is given explicitly; it is also kept in
+    the job comment so it shows in ``squeue -o %k``.
+    """
+    launch = to_dict(LaunchConfig(**launch))  # validates
+    params: dict[str, Any] = {
+        "name": name,
+        "slurm_partition": launch["partition"],
+        "gpus_per_node": launch["gpus_per_node"],
+        "cpus_per_task": launch["cpus_per_task"],
+        "mem_gb": launch["mem_gb"],
+        "timeout_min": launch["time_limit_minutes"],
+        "slurm_qos": launch["qos"] or launch["priority"],
+        "slurm_comment": f"priority={launch['priority']}",
+        "tasks_per_node": 1,
+        "nodes": 1,
+    }
+    if launch.get("account"):
+        params["slurm_account"] = launch["account"]
+    return params
+
+
+def make_executor(kind: str, folder: str | Path, spec: RunSpec):
+    """A submitit executor for one run (``slurm`` or ``submitit_local``) with its parameters set."""
+    import submitit
+
+    folder = Path(folder)
+    if kind == "slurm":
+        executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
+        executor.update_parameters(**slurm_parameters(spec.launch, spec.name))
+    elif kind == "submitit_local":
+        executor = submitit.LocalExecutor(folder=str(folder))
+        executor.update_parameters(timeout_min=int(spec.launch.get("time_limit_minutes", 240)))
+    else:
+        raise ConfigError(f"unknown executor {kind!r} (choose from {', '.join(EXECUTORS)})")
+    return executor
+
+
+# ---------------------------------------------------------------------------------------------------
+# The sweep
+# ---------------------------------------------------------------------------------------------------
+
+
+def run_sweep(
+    runs: Sequence[RunSpec],
+    *,
+    executor: str = "local",
+    sweep_dir: str | Path,
+    wait: bool = True,
+    echo: bool = True,
+) -> list[dict[str, Any]]:
+    """Run (or submit) every unfinished run; return one summary row per run."""
+    if executor not in EXECUTORS:
+        raise ConfigError(f"unknown executor {executor!r} (choose from {', '.join(EXECUTORS)})")
+    sweep_dir = Path(sweep_dir)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    (sweep_dir / "sweep.json").write_text(
+        json.dumps({"executor": executor, "runs": [dataclasses.asdict(r) for r in runs]}, indent=2)
+    )
+    jobs = []
+    for i, spec in enumerate(runs, 1):
+        status = effective_status(spec)
+        if status == "done":
+            print(f"[sweep] {i}/{len(runs)} {spec.name}: finished, skipped", flush=True)
+            continue
+        if status == "running":
+            print(f"[sweep] {i}/{len(runs)} {spec.name}: running elsewhere, skipped", flush=True)
+            continue
+        verb = "resuming" if status in ("interrupted", "failed") else "starting"
+        print(f"[sweep] {i}/{len(runs)} {spec.name}: {verb} ({executor})", flush=True)
+        if executor == "local":
+            execute(spec, echo=echo)
+            continue
+        job = make_executor(executor, sweep_dir / "submitit", spec).submit(SubmititRun(spec))
+        state = read_state(spec.workdir)
+        state.update(name=spec.name, job_id=str(job.job_id), executor=executor)
+        if executor == "slurm":
+            state["status"] = "submitted"
+        write_state(spec.workdir, state)
+        jobs.append((spec, job))
+        if executor == "submitit_local" and wait:
+            # One at a time: local runs share this machine's cores and memory.
+            job.result()
+    if executor == "slurm" and wait:
+        for _spec, job in jobs:
+            job.wait()
+    return summarize(runs)
+
+
+def summarize(runs: Iterable[RunSpec]) -> list[dict[str, Any]]:
+    """One row per run: strategy, seed, status, final validation accuracy, wall time."""
+    from jaxdebate.analysis import final_metrics
+
+    rows = []
+    for spec in runs:
+        state = read_state(spec.workdir)
+        final = final_metrics(spec.workdir)
+        rows.append(
+            {
+                "run": spec.name,
+                "strategy": spec.strategy,
+                "seed": spec.seed,
+                "status": effective_status(spec) if state.get("status") != "submitted" else "submitted",
+                "step": final.get("step"),
+                "final_accuracy": final.get("accuracy"),
+                "wall_time_s": state.get("wall_time_s"),
+                "job_id": state.get("job_id"),
+            }
+        )
+    return rows
+
+
+def format_summary(rows: Sequence[dict[str, Any]]) -> str:
+    """The summary rows as an aligned text table."""
+    headers = ["strategy", "seed", "status", "step", "final_accuracy", "wall_time"]
+    table = [headers]
+    for r in rows:
+        acc = r["final_accuracy"]
+        wall = r["wall_time_s"]
+        table.append([
+            r["strategy"], str(r["seed"]), r["status"], "-" if r["step"] is None else str(r["step"]),
+            "-" if acc is None else f"{acc:.3f}",
+            "-" if wall is None else f"{wall / 60:.1f} min",
+        ])
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,62 @@
+"""Run the five-strategy sweep (strategy configs × seeds), locally or on SLURM through submitit.
+
+    python launch/sweep.py --sweep-dir runs/sweep --seeds 42 43 44
+    python launch/sweep.py --sweep-dir runs/smoke --base configs/smoke.py --seeds 0
+    python launch/sweep.py --sweep-dir /shared/sweep --executor slurm --launch partition=gpu_8 qos=high
+
+Re-running the same command skips finished runs and resumes interrupted ones from their checkpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from jaxdebate.errors import ConfigError  # noqa: E402
+from jaxdebate.sweep import EXECUTORS, format_summary, plan_runs, run_sweep, summarize  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sweep-dir", required=True, help="directory holding one workdir per run")
+    parser.add_argument("--configs", nargs="+", default=None,
+                        help="strategy config files (default: the five in configs/)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[42], help="training seeds (default: 42)")
+    parser.add_argument("--base", default=None,
+                        help="take everything but the shaping section from this config (e.g. configs/smoke.py)")
+    parser.add_argument("--executor", choices=EXECUTORS, default="local",
+                        help="local: one run after another here (default); submitit_local: the same through "
+                             "submitit's local executor; slurm: submit every run to SLURM")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override applied to every run (repeatable)")
+    parser.add_argument("--launch", nargs="+", default=[], metavar="FIELD=VALUE",
+                        help="launch-section overrides, e.g. partition=gpu_8 gpus_per_node=8 qos=high "
+                             "time_limit_minutes=600")
+    parser.add_argument("--no-wait", action="store_true", help="slurm: submit and return without waiting")
+    parser.add_argument("--status", action="store_true", help="print the summary table and exit")
+    parser.add_argument("--quiet", action="store_true", help="don't echo the runs' output")
+    args = parser.parse_args(argv)
+    try:
+        runs = plan_runs(args.sweep_dir, args.configs, args.seeds, base=args.base,
+                         overrides=args.overrides, launch_overrides=args.launch)
+    except ConfigError as e:
+        print(f"sweep: invalid configuration: {e}", file=sys.stderr)
+        return 2
+    if args.status:
+        rows = summarize(runs)
+    else:
+        rows = run_sweep(runs, executor=args.executor, sweep_dir=args.sweep_dir,
+                         wait=not args.no_wait, echo=not args.quiet)
+    print()
+    print(format_summary(rows))
+    (Path(args.sweep_dir) / "summary.json").write_text(json.dumps(rows, indent=2))
+    failed = [r for r in rows if r["status"] == "failed"]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The coherence config (files, overrides, round trip) and the resumable JSONL files."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jaxdebate.coherence import jsonl
+from jaxdebate.coherence.config import CoherenceConfig
+from jaxdebate.config import from_dict, load_config, to_dict
+from jaxdebate.errors import ConfigError, DataError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_config_files_load_with_overrides_and_round_trip():
+    cfg = load_config(ROOT / "configs" / "coherence.py")
+    assert (cfg.dpo.learning_rate, cfg.dpo.epochs, cfg.dpo.batch_size, cfg.dpo.grad_accumulation) == (5e-5, 3, 2, 2)
+    assert cfg.model.source == "smollm2" and cfg.data.train == "gsm8k_train" and cfg.data.eval == "gsm8k_platinum"
+    assert len(cfg.collect.arms) == 11 and cfg.pairs.quality_gap == 0.01
+    smoke = load_config(ROOT / "configs" / "coherence_smoke.py", ["dpo.beta=0.2", "lora.targets=['q_proj']"])
+    assert smoke.model.source == "tiny" and smoke.dpo.beta == 0.2 and smoke.lora.targets == ("q_proj",)
+    plain = json.loads(json.dumps(to_dict(smoke)))
+    assert from_dict(CoherenceConfig, plain) == smoke
+
+
+@pytest.mark.parametrize("override, field", [
+    ("dpo.learning_rate=0", "dpo.learning_rate"),
+    ("lora.targets=['attn']", "lora.targets"),
+    ("pairs.quality_gap=-1", "pairs.quality_gap"),
+    ("data.n_questions=0", "data.n_questions"),
+    ("collect.questions_per_batch=0", "collect.questions_per_batch"),
+    ("dpo.epochs=two", "dpo.epochs"),
+    ("dpo.nonsense=1", "dpo.nonsense"),
+])
+def test_bad_overrides_name_the_field(override, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        load_config(ROOT / "configs" / "coherence.py", [override])
+
+
+def test_arms_must_include_the_probes():
+    cfg = CoherenceConfig()
+    arms = [a for a in to_dict(cfg)["collect"]["arms"] if a["role"] != "A_prime"]
+    with pytest.raises(ConfigError, match="A_prime"):
+        from_dict(CoherenceConfig, {**to_dict(cfg), "collect": {"arms": arms}})
+
+
+def test_partial_last_line_is_detected_and_dropped(tmp):
+    path = tmp / "r.jsonl"
+    jsonl.append_records(path, [{"id": "a", "x": 1}, {"id": "b", "x": 2}])
+    whole = path.read_bytes()
+    with open(path, "ab") as f:
+        f.write(b'{"id": "c", "x"')  # killed mid-write, no newline
+    assert jsonl.finished_keys(path) == {"a", "b"}
+    assert path.read_bytes() == whole
+    with open(path, "ab") as f:
+        f.write(b'{"id": "c", "x": \n')  # cut, yet ends in a newline
+    assert jsonl.repair_tail(path) > 0 and path.read_bytes() == whole
+    assert jsonl.repair_tail(path) == 0
+    jsonl.append_records(path, [{"id": "c", "x": 3}])
+    assert [r["id"] for r in jsonl.read_records(path)] == ["a", "b", "c"]
+
+
+def test_malformed_line_in_the_middle_names_file_and_line(tmp):
+    path = tmp / "bad.jsonl"
+    path.write_text('{"id": 1}\nnot json\n{"id": 2}\n')
+    with pytest.raises(DataError, match=r"bad\.jsonl:2"):
+        jsonl.read_records(path)
+    with pytest.raises(DataError, match="does not exist"):
+        jsonl.read_records(tmp / "missing.jsonl")

@@ -1,0 +1,134 @@
+"""Smoke run of every stage through the CLI on a tiny model, plus resumable collection.
+
+A random tiny model never writes ``Answer: …``, so nothing would be correct and there would be no
+pairs to train on. The model here is a real tiny Llama (exported to an HF directory and loaded like any
+other) whose weights make it a Markov chain over a few tokens: attention and MLP outputs are zeroed and
+the output head is solved so that each token of the chain predicts its successors with fixed
+probabilities. It writes ``Answer: 7`` / ``Answer: 8``, sometimes after ``So the answer is N.``, so
+its trajectories are a mix of correct and incorrect, short and long — both pair types occur.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from jaxdebate.coherence import jsonl
+from jaxdebate.coherence.__main__ import main
+
+CHAIN = {
+    "Ċ": {"Answer": 0.6, "So": 0.4},
+    "Answer": {":": 1.0},
+    ":": {"Ġ": 1.0},
+    "Ġ": {"7": 0.55, "8": 0.45},
+    "7": {"<|im_end|>": 0.7, ".": 0.3},
+    "8": {"<|im_end|>": 0.7, ".": 0.3},
+    ".": {"Ċ": 1.0},
+    "So": {"Ġthe": 1.0},
+    "Ġthe": {"Ġanswer": 1.0},
+    "Ġanswer": {"Ġis": 1.0},
+    "Ġis": {"Ġ": 1.0},
+}
+
+
+def answer_chain_model(directory):
+    """Export a tiny Llama that samples from CHAIN (every prompt ends in 'Ċ', the chain's start)."""
+    from jaxdebate.model import export_hf, load, load_tokenizer
+
+    params, config = load("tiny:tie=false,seed=3")
+    tok = load_tokenizer("tiny")
+    layers = {g: dict(m) for g, m in params["layers"].items()}
+    for group, module in (("self_attn", "o_proj"), ("mlp", "down_proj")):
+        layers[group][module] = {"kernel": np.zeros_like(layers[group][module]["kernel"])}
+    sources = [tok.hf.convert_tokens_to_ids(s) for s in CHAIN]
+    e = np.asarray(params["embed_tokens"]["embedding"], np.float64)[sources]
+    h = e / np.sqrt(np.mean(e**2, axis=-1, keepdims=True) + config.rms_norm_eps)  # final norm, scale 1
+    target = np.full((len(sources), config.vocab_size), -20.0)
+    for row, successors in enumerate(CHAIN.values()):
+        for token, p in successors.items():
+            target[row, tok.hf.convert_tokens_to_ids(token)] = np.log(p)
+    head = np.linalg.pinv(h) @ target  # exact: the 11 normed embeddings are independent in 64 dims
+    params = {**params, "layers": layers, "lm_head": {"kernel": head.astype(np.float32)}}
+    export_hf(params, config, directory, tokenizer=tok)
+    return directory
+
+
+def write_questions(path, golds):
+    rows = [{"question": f"Pat has {g - 3} marbles and finds 3 more. How many marbles does Pat have now?",
+             "answer": f"{g - 3} + 3 = {g}\n#### {g}"} for g in golds]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("coherence")
+    model = answer_chain_model(root / "model")
+    args = [
+        "--config", "configs/coherence_smoke.py", "--workdir", str(root / "run"), "--no-progress",
+        "--set", f"model.source={model}",
+        "--set", f"data.train={write_questions(root / 'train.jsonl', [7, 8, 7, 8])}",
+        "--set", f"data.eval={write_questions(root / 'eval.jsonl', [7, 8, 8])}",
+    ]
+    assert main(["all", *args]) == 0
+    return root / "run", args
+
+
+def test_all_stages_write_their_artefacts(smoke_run):
+    run, _ = smoke_run
+    records = jsonl.read_records(run / "rollouts.jsonl")
+    assert len(records) == 4
+    for rec in records:
+        assert [t["arm_name"] for t in rec["trajectories"]][-3:] == ["wolfram_standard", "wolfram_rephrase", "maudlin_cf1"]
+        assert len(rec["trajectories"]) == 11
+        for t in rec["trajectories"]:
+            assert {"text", "answer", "correct", "tokens", "quality", "reward"} <= set(t)
+            assert t["correct"] == (t["answer"] == rec["gold"])
+            assert len(t["tokens"]) == t["n_tokens"]
+        assert all(0.0 <= rec["scores"][k] <= 1.0 for k in ("s_end", "s_path", "s_cf"))
+    flags = [t["correct"] for rec in records for t in rec["trajectories"]]
+    assert any(flags) and not all(flags)
+
+    pairs = jsonl.read_records(run / "pairs.jsonl")
+    summary = json.loads((run / "pairs_summary.json").read_text())
+    kinds = [p["pair_type"] for p in pairs]
+    assert summary["pairs_by_type"] == {"correctness": kinds.count("correctness"), "coherence": kinds.count("coherence")}
+    assert kinds.count("correctness") > 0 and kinds.count("coherence") > 0
+    assert all(p["chosen_correct"] and not p["rejected_correct"] for p in pairs if p["pair_type"] == "correctness")
+
+    assert sorted(p.name for p in (run / "train" / "checkpoints").iterdir() if p.name.isdigit()) == ["1"]
+    metrics = jsonl.read_records(run / "train" / "metrics.jsonl")
+    assert metrics and all(m["grad_norm"] > 0 for m in metrics[1:])
+    assert (run / "adapter" / "adapter_model.safetensors").is_file()
+
+    rows = jsonl.read_records(run / "eval" / "comparison.jsonl")
+    ev = json.loads((run / "eval" / "summary.json").read_text())
+    assert len(rows) == 3 and ev["questions"] == 3
+    assert ev["base_correct"] == sum(r["base"]["correct"] for r in rows)
+    assert ev["dpo_correct"] == sum(r["dpo"]["correct"] for r in rows)
+    # greedy follows the chain's most likely path: "Answer: 7"
+    assert [r["base"]["answer"] for r in rows] == ["7", "7", "7"]
+    assert json.loads((run / "config.json").read_text())["workdir"] == str(run)
+
+
+def test_collect_resumes_and_redoes_a_cut_last_line(smoke_run):
+    run, args = smoke_run
+    path = run / "rollouts.jsonl"
+    before = path.read_bytes()
+    assert main(["collect", *args]) == 0
+    assert path.read_bytes() == before  # nothing left to do
+    lines = before.splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])  # killed mid-write
+    assert main(["collect", *args]) == 0
+    redone = path.read_bytes().splitlines(keepends=True)
+    assert len(redone) == 4
+    # the same arm seeds give the same trajectories when the question is sampled again
+    assert json.loads(redone[-1]) == json.loads(lines[-1])
+
+
+def test_cli_errors_are_one_line(smoke_run, capsys, tmp_path):
+    _, args = smoke_run
+    assert main(["train", "--config", "configs/coherence_smoke.py", "--workdir", str(tmp_path), "--no-progress"]) == 2
+    assert "run the 'pairs' stage first" in capsys.readouterr().err
+    assert main(["pairs", *args, "--set", "pairs.quality_gap=-0.5"]) == 2
+    assert "pairs.quality_gap" in capsys.readouterr().err

@@ -1,0 +1,198 @@
+"""The Flax Llama against PyTorch transformers, and the properties of logits / token_logprobs / cache."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdebate.errors import ConfigError
+from jaxdebate.model import (
+    LlamaConfig,
+    forward,
+    head_logits,
+    init_cache,
+    load,
+    logits,
+    positions_from_mask,
+    token_logprobs,
+)
+from jaxdebate.model.llama import unstack_cache, unstack_layers
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+
+def _torch_llama(directory, *, tie: bool, rope_scaling=None, vocab=512):
+    """A random transformers LlamaForCausalLM (GQA, larger init so logits are far from uniform)."""
+    hf_config = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=16, rope_theta=5000.0,
+        rms_norm_eps=1e-6, tie_word_embeddings=tie, max_position_embeddings=256,
+        initializer_range=0.1, rope_scaling=rope_scaling,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(hf_config).eval()
+    with torch.no_grad():  # make the norms non-trivial too
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+    model.save_pretrained(directory)
+    return model
+
+
+def _left_padded(rng, vocab, lengths, width):
+    ids = np.zeros((len(lengths), width), np.int32)
+    mask = np.zeros((len(lengths), width), bool)
+    for i, n in enumerate(lengths):
+        ids[i, width - n:] = rng.randint(0, vocab, n)
+        mask[i, width - n:] = True
+    return ids, mask
+
+
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 32}
+
+
+@pytest.mark.parametrize("tie,rope", [(True, None), (False, LLAMA3_ROPE)], ids=["tied", "untied-llama3"])
+def test_logits_match_transformers(tmp, tie, rope):
+    ref_model = _torch_llama(tmp, tie=tie, rope_scaling=rope)
+    params, config = load(str(tmp))
+    assert config.tie_word_embeddings == tie
+    assert config.rope_type == ("llama3" if rope else "default")
+    ids, mask = _left_padded(np.random.RandomState(0), 512, [40, 23, 1], 40)
+    positions = np.asarray(positions_from_mask(mask))
+    with torch.no_grad():
+        ref = ref_model(
+            input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask, dtype=torch.long),
+            position_ids=torch.tensor(positions, dtype=torch.long),
+        ).logits.numpy()
+    ours = np.asarray(logits(params, config, ids, mask))
+    assert ours.dtype == np.float32 and ours.shape == (3, 40, 512)
+    assert np.abs(ref).max() > 1.0  # a meaningful comparison, not two near-zero tensors
+    diff = np.abs(ours - ref)[mask]
+    assert diff.max() < 1e-4, diff.max()
+
+
+def test_bf16_compute_runs_and_tracks_fp32(tiny_model):
+    params, config = tiny_model
+    ids = np.random.RandomState(1).randint(0, config.vocab_size, (2, 24))
+    full = np.asarray(logits(params, config, ids))
+    bf16 = dataclasses.replace(config, dtype="bfloat16")
+    half = np.asarray(logits(params, bf16, ids))
+    assert half.dtype == np.float32 and np.isfinite(half).all()
+    assert np.abs(half - full).max() < 0.05 * np.abs(full).max()
+    lp = token_logprobs(params, bf16, ids, np.ones_like(ids, bool))
+    assert np.isfinite(np.asarray(lp)).all()
+
+
+def test_left_padded_batch_equals_each_prompt_alone(tiny_model):
+    params, config = tiny_model
+    rng = np.random.RandomState(2)
+    ids, mask = _left_padded(rng, config.vocab_size, [12, 5], 12)
+    batch = np.asarray(logits(params, config, ids, mask))
+    for i in range(2):
+        alone = np.asarray(logits(params, config, ids[i][mask[i]][None]))[0]
+        np.testing.assert_allclose(batch[i][mask[i]], alone, atol=2e-5)
+
+
+def _reference_logprobs(params, config, ids, mask, temperature):
+    full = logits(params, config, ids, mask) / temperature
+    logp = jax.nn.log_softmax(full, axis=-1)
+    picked = jnp.take_along_axis(logp[:, :-1], ids[:, 1:, None], axis=-1)[..., 0]
+    entropy = -(jnp.exp(logp) * logp).sum(-1)[:, :-1]
+    valid = mask[:, 1:] & mask[:, :-1]
+    pad = jnp.zeros((ids.shape[0], 1))
+    return (jnp.concatenate([pad, jnp.where(valid, picked, 0.0)], 1),
+            jnp.concatenate([pad, jnp.where(valid, entropy, 0.0)], 1))
+
+
+def test_token_logprobs_equal_log_softmax_of_logits(tiny_model):
+    params, config = tiny_model
+    ids, mask = _left_padded(np.random.RandomState(3), config.vocab_size, [16, 7], 16)
+    ids, mask = jnp.asarray(ids), jnp.asarray(mask)
+    for temperature in (1.0, 0.7):
+        lp, ent = token_logprobs(params, config, ids, mask, temperature=temperature, with_entropy=True,
+                                 chunk_size=5)
+        ref_lp, ref_ent = _reference_logprobs(params, config, ids, mask, temperature)
+        np.testing.assert_allclose(np.asarray(lp), np.asarray(ref_lp), atol=2e-5)
+        np.testing.assert_allclose(np.asarray(ent), np.asarray(ref_ent), atol=2e-4)
+    lp = np.asarray(lp)
+    assert (lp[:, 0] == 0).all() and (lp[1, :10] == 0).all()  # t=0, padding, first real token
+    assert (lp[0, 1:] < 0).all()
+
+
+def test_token_logprobs_gradient_equals_full_logits_gradient(tiny_model):
+    params, config = tiny_model
+    ids, mask = _left_padded(np.random.RandomState(4), config.vocab_size, [10, 6], 10)
+    weights = jnp.asarray(np.random.RandomState(5).randn(*ids.shape), jnp.float32)
+
+    def chunked(p, cfg):
+        return (token_logprobs(p, cfg, ids, mask, temperature=0.8, chunk_size=3) * weights).sum()
+
+    def reference(p):
+        return (_reference_logprobs(p, config, jnp.asarray(ids), jnp.asarray(mask), 0.8)[0] * weights).sum()
+
+    reference_grads = jax.jit(jax.grad(reference))(params)
+    for remat in ("dots", "full"):  # chunked head + per-layer rematerialisation
+        cfg = dataclasses.replace(config, remat=remat)
+        grads = jax.jit(jax.grad(chunked, argnums=0), static_argnums=1)(params, cfg)
+        for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(reference_grads)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-4)
+
+
+def test_token_logprobs_never_materialise_full_logits(tiny_model):
+    params, config = tiny_model
+    b, t = 8, 128
+    full_bytes = b * t * config.vocab_size * 4
+    ids = jnp.zeros((b, t), jnp.int32)
+    mask = jnp.ones((b, t), bool)
+
+    def loss(p):
+        return token_logprobs(p, config, ids, mask, chunk_size=64).sum()
+
+    forward_temp = jax.jit(loss).lower(params).compile().memory_analysis().temp_size_in_bytes
+    backward_temp = jax.jit(jax.grad(loss)).lower(params).compile().memory_analysis().temp_size_in_bytes
+    assert forward_temp < full_bytes / 8, (forward_temp, full_bytes)
+    assert backward_temp < full_bytes / 4, (backward_temp, full_bytes)
+
+
+def test_kv_cache_forward_equals_full_forward(tiny_model):
+    params, config = tiny_model
+    ids, mask = _left_padded(np.random.RandomState(6), config.vocab_size, [9, 4], 9)
+    extra = np.random.RandomState(7).randint(0, config.vocab_size, (2, 5))
+    full_ids = np.concatenate([ids, extra], 1)
+    full_mask = np.concatenate([mask, np.ones_like(extra, bool)], 1)
+    expected = np.asarray(logits(params, config, full_ids, full_mask))
+
+    step = jax.jit(forward, static_argnums=1)
+    cache = init_cache(config, 2, 16)
+    positions = positions_from_mask(mask)
+    h, cache = step(params, config, ids, positions, mask, cache)
+    got = [head_logits(params, config, h)]
+    pos = positions[:, -1]
+    cache = unstack_cache(cache)  # decode with per-layer caches (the sampler's unrolled path)
+    params = unstack_layers(params, config)
+    for j in range(extra.shape[1]):
+        pos = pos + 1
+        h, cache = step(params, config, extra[:, j:j + 1], pos[:, None], np.ones((2, 1), bool), cache)
+        got.append(head_logits(params, config, h))
+    got = np.concatenate([np.asarray(g) for g in got], 1)
+    assert int(cache["index"]) == 14
+    np.testing.assert_allclose(got[full_mask], expected[full_mask], atol=2e-5)
+
+
+def test_config_validation_names_the_field():
+    with pytest.raises(ConfigError, match="model.num_heads"):
+        LlamaConfig(num_heads=9, num_kv_heads=4)
+    with pytest.raises(ConfigError, match="model.dtype"):
+        LlamaConfig(dtype="float16")
+    with pytest.raises(ConfigError, match="model.remat"):
+        LlamaConfig(remat="sometimes")
+    config = LlamaConfig()
+    assert hash(config) == hash(LlamaConfig())
+    assert LlamaConfig.from_hf(config.to_hf()) == config
+    assert config.num_params == 134_515_008  # SmolLM2-135M

@@ -1,0 +1,108 @@
+"""Micro-batching: bounded set of shapes (so the step compiles a bounded number of times), padding
+rows carry no weight, and splitting a step into many micro-batches gives the same update as one."""
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdebate.config import LossConfig, OptimizerConfig
+from jaxdebate.model import load
+from jaxdebate.rl.batching import Sample, length_buckets, make_microbatches, possible_shapes
+
+TINY = "tiny:layers=1,hidden=32,heads=2,kv_heads=1,intermediate=64,vocab=256"
+
+
+def _samples(rng, n, max_prompt=40, max_completion=60):
+    out = []
+    for _ in range(n):
+        c = int(rng.integers(1, max_completion))
+        out.append(Sample(rng.integers(0, 256, int(rng.integers(1, max_prompt))), rng.integers(0, 256, c),
+                          rng.normal(-5, 1, c), float(rng.normal())))
+    return out
+
+
+def test_buckets_and_packing_layout():
+    assert length_buckets(2048) == (64, 128, 256, 512, 1024, 2048)
+    assert length_buckets(320) == (64, 128, 256, 320)
+    s = Sample(np.array([5, 6, 7]), np.array([8, 9]), np.array([-1.0, -2.0]), 0.5)
+    mbs, stats = make_microbatches([s], max_len=64, rows_cap=4, max_tokens=1024, aggregation="token")
+    (mb,) = mbs
+    assert mb["tokens"].shape == (1, 64) and mb["targets"].shape == (1, 64)
+    assert mb["tokens"][0, :6].tolist() == [5, 6, 7, 8, 9, 0]
+    assert mb["attention_mask"][0, :6].tolist() == [True] * 5 + [False]
+    # the window starts at the hidden state that predicts the first completion token
+    assert mb["window_start"].tolist() == [2] and mb["targets"][0, :2].tolist() == [8, 9]
+    assert mb["loss_mask"][0, :3].tolist() == [True, True, False]
+    assert mb["sampler_logprobs"][0, :2].tolist() == [-1.0, -2.0]
+    assert mb["token_weights"].sum() == pytest.approx(1.0)
+    assert stats["completion_tokens"] == 2
+    # too long: the completion is cut at max_len (or at max_completion) and counted
+    long = Sample(np.arange(50), np.arange(30), np.zeros(30), 1.0)
+    mbs, stats = make_microbatches([long], max_len=64, rows_cap=4, max_tokens=1024, aggregation="sequence",
+                                   max_completion=16)
+    assert stats["cut_completions"] == 1 and mbs[0]["loss_mask"].sum() == 14
+    assert mbs[0]["targets"].shape == (1, 16)
+    mbs, _ = make_microbatches([long], max_len=128, rows_cap=4, max_tokens=1024, aggregation="token",
+                               max_completion=16)
+    assert mbs[0]["loss_mask"].sum() == 16 and mbs[0]["tokens"].shape == (1, 128)
+
+
+def test_shapes_are_bounded_and_compile_count_is_bounded():
+    from jaxdebate.rl.grpo import Learner
+
+    params, config = load(TINY)
+    learner = Learner(config, LossConfig(beta=0.0), OptimizerConfig(peak_lr=1e-3, end_lr=1e-3), 40)
+    state = learner.init_state(params)
+    rng = np.random.default_rng(0)
+    allowed = possible_shapes(128, rows_cap=2, max_tokens=512)
+    seen = set()
+    for _ in range(12):
+        samples = _samples(rng, int(rng.integers(1, 8)))
+        mbs, _ = make_microbatches(samples, max_len=128, rows_cap=2, max_tokens=512, aggregation="token",
+                                   max_completion=60)
+        seen |= {mb["tokens"].shape for mb in mbs}
+        for mb in mbs:
+            assert float(mb["token_weights"][~mb["loss_mask"]].sum()) == 0.0
+        state, _ = learner.update(state, mbs)
+    assert seen <= allowed
+    assert learner._accumulate._cache_size() == len(seen) <= len(allowed) == 4
+    assert learner._apply._cache_size() == 1
+
+
+def test_many_microbatches_equal_one():
+    """Token weights normalise over the whole step, so the split does not change the update."""
+    from jaxdebate.rl.grpo import Learner
+
+    params, config = load(TINY)
+    learner = Learner(config, LossConfig(beta=0.1), OptimizerConfig(peak_lr=1e-2, end_lr=1e-2, grad_clip=0.0), 4)
+    samples = _samples(np.random.default_rng(1), 7)
+    for aggregation in ("token", "sequence"):
+        kw = dict(max_len=128, aggregation=aggregation, max_completion=60)
+        one, _ = make_microbatches(samples, rows_cap=8, max_tokens=4096, **kw)
+        many, _ = make_microbatches(samples, rows_cap=2, max_tokens=128, **kw)
+        assert len(one) < len(many)
+        s1, m1 = learner.update(learner.init_state(jax.tree.map(np.array, params)), one)
+        s2, m2 = learner.update(learner.init_state(jax.tree.map(np.array, params)), many)
+        assert m1["loss"] == pytest.approx(m2["loss"], rel=1e-5, abs=1e-7)
+        assert m1["grad_norm"] == pytest.approx(m2["grad_norm"], rel=1e-4)
+        for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):
+            # Adam normalises the first step (~lr * sign(g)): allow 1% of lr for near-zero gradients
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+
+
+def test_window_logprobs_equal_full_sequence_logprobs():
+    """The learner's completion-window log-probs are the model's token_logprobs at those positions."""
+    from jaxdebate.model import token_logprobs
+    from jaxdebate.rl.grpo import Learner
+
+    params, config = load(TINY)
+    learner = Learner(config, LossConfig(), OptimizerConfig(), 4, temperature=0.7)
+    samples = _samples(np.random.default_rng(2), 5)
+    (mb,), _ = make_microbatches(samples, max_len=128, rows_cap=8, max_tokens=4096, aggregation="token",
+                                 max_completion=64)
+    window = np.asarray(learner.logprobs(params, mb))
+    full = np.asarray(token_logprobs(params, config, mb["tokens"], mb["attention_mask"], temperature=0.7))
+    for i in range(len(samples)):
+        p, c = mb["window_start"][i] + 1, int(mb["loss_mask"][i].sum())
+        np.testing.assert_allclose(window[i, :c], full[i, p:p + c], rtol=1e-5, atol=1e-5)
+        assert np.all(window[i, c:] == 0)

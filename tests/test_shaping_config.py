@@ -1,0 +1,121 @@
+"""ShapingConfig and shape_rewards input validation: clear ConfigError/ValueError before any compute."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+from jaxdebate.errors import ConfigError
+from jaxdebate.shaping import ShapingConfig, shape_rewards
+
+GOOD = {
+    "identity": {},
+    "difference_rewards": {},
+    "potential_based": {"gamma": 0.99, "potential_type": "debate_length"},
+    "coma_advantage": {"n_rollouts_per_prompt": 4},
+    "reward_mixing": {"alpha": 0.5},
+}
+
+
+@pytest.mark.parametrize("strategy", sorted(GOOD))
+def test_seed_configs_build_and_serialise_to_plain_types(strategy):
+    cfg = ShapingConfig(strategy, GOOD[strategy])
+    cfg.check_group_size(4)
+    plain = dataclasses.asdict(cfg)
+    assert plain == {"strategy": strategy, "params": GOOD[strategy]}
+    assert type(plain["params"]) is dict
+    assert ShapingConfig(**json.loads(json.dumps(plain))) == cfg
+    assert hash(ShapingConfig(**plain)) == hash(cfg)
+
+
+def test_default_is_identity_and_values_are_normalised():
+    assert ShapingConfig() == ShapingConfig("identity", {})
+    cfg = ShapingConfig("potential_based", {"gamma": 1, "potential_type": "agreement"})
+    assert cfg.params["gamma"] == 1.0 and type(cfg.params["gamma"]) is float
+    assert type(ShapingConfig("reward_mixing", {"alpha": 0}).params["alpha"]) is float
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.strategy = "identity"
+
+
+@pytest.mark.parametrize(
+    "strategy, params, message",
+    [
+        ("comma", {}, r"shaping.strategy: unknown strategy 'comma'; known: coma_advantage, difference_rewards, identity, potential_based, reward_mixing"),
+        (None, {}, r"shaping.strategy: unknown strategy None"),
+        ("identity", {"alpha": 0.5}, r"shaping.params.alpha: unknown key for strategy identity \(expected no params\)"),
+        ("reward_mixing", {}, r"shaping.params.alpha: missing, strategy reward_mixing needs alpha"),
+        ("reward_mixing", {"alpha": 0.5, "beta": 1.0}, r"shaping.params.beta: unknown key .*expected alpha"),
+        ("potential_based", {"gamma": 0.9}, r"shaping.params.potential_type: missing, strategy potential_based needs gamma, potential_type"),
+        ("potential_based", {"potential_type": "agreement"}, r"shaping.params.gamma: missing"),
+        ("potential_based", {"gamma": 0.0, "potential_type": "agreement"}, r"shaping.params.gamma: must be in \(0, 1\]"),
+        ("potential_based", {"gamma": 1.01, "potential_type": "agreement"}, r"shaping.params.gamma: must be in \(0, 1\]"),
+        ("potential_based", {"gamma": math.nan, "potential_type": "agreement"}, r"shaping.params.gamma: must be in \(0, 1\]"),
+        ("potential_based", {"gamma": -0.5, "potential_type": "agreement"}, r"shaping.params.gamma"),
+        ("potential_based", {"gamma": "0.9", "potential_type": "agreement"}, r"shaping.params.gamma: potential_based expects float, got str"),
+        ("potential_based", {"gamma": 0.9, "potential_type": "length"}, r"shaping.params.potential_type: must be one of debate_length, agreement"),
+        ("potential_based", {"gamma": 0.9, "potential_type": 1}, r"shaping.params.potential_type: potential_based expects str, got int"),
+        ("reward_mixing", {"alpha": -0.1}, r"shaping.params.alpha: must be in \[0, 1\]"),
+        ("reward_mixing", {"alpha": 1.5}, r"shaping.params.alpha: must be in \[0, 1\]"),
+        ("reward_mixing", {"alpha": True}, r"shaping.params.alpha: reward_mixing expects float, got bool"),
+        ("coma_advantage", {"n_rollouts_per_prompt": 4.0}, r"shaping.params.n_rollouts_per_prompt: coma_advantage expects int, got float"),
+        ("coma_advantage", {"n_rollouts_per_prompt": 0}, r"shaping.params.n_rollouts_per_prompt: must be >= 1"),
+        ("coma_advantage", {}, r"shaping.params.n_rollouts_per_prompt: missing"),
+        ("identity", [("alpha", 1)], r"shaping.params must be a mapping, got list"),
+    ],
+)
+def test_invalid_configs_name_the_field(strategy, params, message):
+    with pytest.raises(ConfigError, match=message):
+        ShapingConfig(strategy, params)
+
+
+def test_boundaries_are_accepted():
+    ShapingConfig("potential_based", {"gamma": 1.0, "potential_type": "agreement"})
+    ShapingConfig("potential_based", {"gamma": 1e-9, "potential_type": "debate_length"})
+    ShapingConfig("reward_mixing", {"alpha": 0.0})
+    ShapingConfig("reward_mixing", {"alpha": 1.0})
+
+
+def test_coma_rollout_count_must_match_group_size():
+    cfg = ShapingConfig("coma_advantage", {"n_rollouts_per_prompt": 4})
+    cfg.check_group_size(4)
+    with pytest.raises(ConfigError, match=r"shaping.params.n_rollouts_per_prompt=4 must equal .* G=8"):
+        cfg.check_group_size(8)
+    ShapingConfig("reward_mixing", {"alpha": 0.5}).check_group_size(8)  # no rollout param: any G
+    with pytest.raises(ConfigError, match="generations_per_prompt"):
+        cfg.check_group_size(0)
+
+
+def _batch(shape=(2, 4, 3, 2)):
+    rng = np.random.default_rng(0)
+    return (
+        rng.integers(0, 2, shape).astype(np.float32),
+        rng.integers(-1, 3, shape).astype(np.int32),
+        rng.integers(-1, 3, shape[:1]).astype(np.int32),
+        np.ones(shape, bool),
+    )
+
+
+def test_shape_rewards_validates_params_and_group_size_before_compute():
+    c, v, g, a = _batch()
+    with pytest.raises(ConfigError, match=r"n_rollouts_per_prompt=3 must equal .* G=4"):
+        shape_rewards("coma_advantage", {"n_rollouts_per_prompt": 3}, c, v, g, a)
+    with pytest.raises(ConfigError, match=r"shaping.params.alpha: must be in \[0, 1\]"):
+        shape_rewards("reward_mixing", {"alpha": 2.0}, c, v, g, a)
+    with pytest.raises(ConfigError, match=r"shaping.strategy: unknown strategy 'coma'"):
+        shape_rewards("coma", {}, c, v, g, a)
+
+
+def test_shape_rewards_names_the_bad_tensor():
+    c, v, g, a = _batch()
+    with pytest.raises(ValueError, match=r"`correct` must be \[B, G, A, R\], got shape \(4, 3, 2\)"):
+        shape_rewards("identity", {}, c[0], v, g, a)
+    with pytest.raises(ValueError, match=r"must share one shape; got correct \(2, 4, 3, 2\), votes \(2, 4, 3, 3\)"):
+        shape_rewards("identity", {}, c, np.zeros((2, 4, 3, 3), np.int32), g, a)
+    with pytest.raises(ValueError, match=r"`gold` must be \[B\]=\(2,\), got shape \(3,\)"):
+        shape_rewards("identity", {}, c, v, np.zeros(3, np.int32), a)
+    with pytest.raises(ValueError, match=r"`votes` must hold integer class ids, got dtype float32"):
+        shape_rewards("identity", {}, c, v.astype(np.float32), g, a)

@@ -1,0 +1,151 @@
+"""The vLLM backend's config and launcher pieces that need no running server (fast, always run)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jaxdebate.errors import ConfigError, SamplerError
+from jaxdebate.sampling.vllm_config import VLLMConfig, repo_root
+from jaxdebate.sampling.vllm_sampler import request_seed
+from jaxdebate.sampling.vllm_server import VLLMServer, free_port, server_args, server_env
+
+
+def test_defaults_are_plain_and_round_trip():
+    cfg = VLLMConfig()
+    data = dataclasses.asdict(cfg)
+    assert VLLMConfig(**data) == cfg
+    assert cfg.dtype == "bfloat16" and cfg.logprobs_mode == "processed_logprobs" and cfg.enforce_eager
+    assert VLLMConfig(extra_args=["--max-num-batched-tokens", "4096"]).extra_args == (
+        "--max-num-batched-tokens", "4096")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("dtype", "int8", "one of"),
+        ("url", "localhost:8000", "http://"),
+        ("kv_cache_gib", 0, "> 0"),
+        ("kv_cache_gib", 1.5, "integer"),
+        ("enforce_eager", "yes", "true or false"),
+        ("max_restarts", -1, ">= 0"),
+        ("logprobs_mode", "processed_logits", "one of"),
+        ("gpu_memory_utilization", 1.5, "(0, 1]"),
+        ("extra_args", ("--port", "1"), "--port"),
+        ("startup_timeout_s", 0, "> 0"),
+    ],
+)
+def test_bad_values_name_the_field(field, value, words):
+    with pytest.raises(ConfigError) as info:
+        VLLMConfig(**{field: value})
+    assert f"sampler.vllm.{field}" in str(info.value) and words in str(info.value)
+
+
+def test_config_import_is_light():
+    code = (
+        "import sys; import jaxdebate.sampling.vllm_config as m; "
+        "heavy = [n for n in ('jax', 'torch', 'vllm', 'transformers') if n in sys.modules]; "
+        "assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=repo_root())
+
+
+def test_paths_resolve_against_repo_root(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert VLLMConfig().python_path() == repo_root() / ".venv-vllm" / "bin" / "python"
+    assert VLLMConfig(python="/opt/x/python").python_path() == Path("/opt/x/python")
+    assert VLLMConfig(sync_dir=str(tmp_path / "s")).sync_root("/w") == tmp_path / "s"
+    expected = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path("/w")
+    assert VLLMConfig().sync_root("/w") == expected
+    assert VLLMConfig(url="http://127.0.0.1:1").installed()
+
+
+def test_server_command_and_environment(tmp_path):
+    cfg = VLLMConfig(max_model_len=2048, kv_cache_gib=3, extra_args=("--max-num-batched-tokens", "8192"))
+    args = server_args(cfg, tmp_path / "m", 8123, cpu=True)
+    joined = " ".join(args)
+    for part in ("--model " + str(tmp_path / "m"), "--host 127.0.0.1", "--port 8123", "--dtype bfloat16",
+                 "--logprobs-mode processed_logprobs", "--generation-config vllm", "--enforce-eager",
+                 "--max-model-len 2048", "--worker-extension-cls jaxdebate_vllm_ext.JaxdebateWorkerExtension",
+                 "--max-num-batched-tokens 8192"):
+        assert part in joined
+    assert "--gpu-memory-utilization" not in joined
+    assert "--no-enable-chunked-prefill --max-num-batched-tokens 2048" not in joined  # user's value wins
+    gpu = " ".join(server_args(cfg, tmp_path, 1, cpu=False))
+    assert "--gpu-memory-utilization" in gpu and "chunked" not in gpu
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text('{"max_position_embeddings": 8192}')
+    cpu = " ".join(server_args(VLLMConfig(), tmp_path / "m", 1, cpu=True))
+    assert "--no-enable-chunked-prefill --max-num-batched-tokens 8192" in cpu
+    env = server_env(cfg, tmp_path / "state", tmp_path / "sock", tmp_path / "ext", cpu=True)
+    assert env["VLLM_TARGET_DEVICE"] == "cpu" and env["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" and env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert env["PYTHONPATH"] == str(tmp_path / "ext")
+    for key in ("VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR"):
+        assert env[key].startswith(str(tmp_path)), key
+    assert "VLLM_TARGET_DEVICE" not in server_env(cfg, tmp_path, tmp_path, tmp_path, cpu=False)
+
+
+def test_free_port_is_bindable():
+    import socket
+
+    port = free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+def test_request_seeds_are_repeatable_and_distinct_per_prompt():
+    seeds = [request_seed(7, i) for i in range(64)]
+    assert seeds == [request_seed(7, i) for i in range(64)]
+    assert len(set(seeds)) == 64 and all(0 <= s < 2**31 for s in seeds)
+    assert request_seed(8, 0) != request_seed(7, 0)
+
+
+def test_missing_interpreter_says_how_to_install(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    server = VLLMServer(VLLMConfig(python=str(tmp_path / "nope" / "python")), tmp_path, tmp_path / "m")
+    with pytest.raises(ConfigError, match="install_vllm.sh"):
+        server.start()
+
+
+def test_model_dir_must_be_an_hf_dir(tmp_path):
+    with pytest.raises(ConfigError, match="config.json"):
+        VLLMServer(VLLMConfig(python=sys.executable), tmp_path, tmp_path).start()
+
+
+def test_server_that_dies_at_startup_reports_its_log(tmp_path):
+    """A real launch with an interpreter that has no vLLM: the error carries the server's own log."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    server = VLLMServer(VLLMConfig(python=sys.executable, startup_timeout_s=60), tmp_path / "run", tmp_path / "m")
+    with pytest.raises(SamplerError) as info:
+        server.start()
+    message = str(info.value)
+    assert "exited with code" in message and "No module named" in message
+    assert server.pid is None and not server.running()
+    assert (tmp_path / "run" / "vllm" / "server.log").is_file()
+
+
+def test_unreachable_url_is_a_clear_error(tmp_path):
+    server = VLLMServer(VLLMConfig(url=f"http://127.0.0.1:{free_port()}"), tmp_path)
+    assert not server.healthy(timeout=1.0)
+    with pytest.raises(SamplerError, match="sampler.vllm.url"):
+        server.start()
+
+
+def test_sync_dirs_left_by_dead_processes_are_removed(tmp_path):
+    from jaxdebate.sampling.vllm_sampler import _new_sync_dir
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    (tmp_path / f"jaxdebate-vllm-{dead}-0123").mkdir()
+    (tmp_path / f"jaxdebate-vllm-{os.getpid()}-live").mkdir()
+    fresh = _new_sync_dir(VLLMConfig(sync_dir=str(tmp_path)), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [fresh.name, f"jaxdebate-vllm-{os.getpid()}-live"])
