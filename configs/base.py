@@ -46,6 +46,9 @@ PRIORITY = "dev-low"
 PARTITION = f"gpu_{NUM_TRAINING_DEVICES}"
 
 # --- shared choices of ours (the seeds do not fix them)
+# the design's sampler: a vLLM server fed exported weights (scripts/install_vllm.sh makes .venv-vllm);
+# without it the run samples in-process with the JAX sampler (sampler.fallback) and says so
+SAMPLER_BACKEND = "vllm"
 NUM_AGENTS = 3
 NUM_ROUNDS = 2
 VALIDATION_SIZE = 50
@@ -75,7 +78,8 @@ def get_config(shaping: ShapingConfig | None = None) -> Config:
             max_sequence_length=MAX_SEQUENCE_LENGTH,
         ),
         sampler=SamplerConfig(
-            backend="jax",
+            backend=SAMPLER_BACKEND,
+            fallback="jax",
             temperature=TEMPERATURE,
             top_p=1.0,
             max_new_tokens=MAX_NEW_TOKENS,

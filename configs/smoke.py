@@ -18,6 +18,7 @@ def get_config():
         "data.train=arithmetic:n=48,seed=0",
         "data.validation_size=4",
         "debate.max_sequence_length=320",
+        "sampler.backend=jax",
         "sampler.max_new_tokens=16",
         "loss.filter_truncated=false",
         "loss.filter_zero_signal=false",

@@ -204,15 +204,14 @@ def sample_transcript(workdir: str | Path, *, step: int | None = None, item: int
     """
     from jaxdebate.checkpoint import load_policy
     from jaxdebate.debate import Grader, run_debates
-    from jaxdebate.rl.trainer import make_sampler
+    from jaxdebate.sampling.jax_sampler import JaxSampler
     from jaxdebate.sampling.base import SamplingParams
 
     params, llama, tokenizer, config = load_policy(workdir, step)
     train, val = config.data.load()
     pool = val or train
     chosen = pool[item % len(pool)]
-    sampler = make_sampler(dataclasses.replace(config, sampler=dataclasses.replace(config.sampler, backend="jax")),
-                           params, llama, tokenizer)
+    sampler = JaxSampler(params, llama, tokenizer, max_total_len=config.debate.max_sequence_length)
     grader = Grader()
     try:
         t = config.sampler.eval_temperature if temperature is None else temperature

@@ -368,10 +368,13 @@ class SamplerConfig(Section):
     """How debates are sampled: the backend (in-process ``jax`` or a ``vllm`` server), the training
     sampling distribution (``temperature``, ``top_p``; the learner's log-probs use the same
     temperature), the completion budget per turn, and the validation temperature (0 = greedy).
-    ``vllm`` configures the server when ``backend='vllm'`` (see :mod:`jaxdebate.sampling.vllm_config`)."""
+    ``vllm`` configures the server when ``backend='vllm'`` (see :mod:`jaxdebate.sampling.vllm_config`);
+    ``fallback`` says what happens when that server cannot be reached (no ``vllm.url``, no server
+    virtualenv): ``jax`` samples in-process with a warning, ``error`` stops before any compute."""
 
     _name: ClassVar[str] = "sampler"
     backend: Literal["jax", "vllm"] = "jax"
+    fallback: Literal["jax", "error"] = "jax"
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 512

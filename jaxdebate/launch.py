@@ -56,13 +56,16 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     workdir = Path(args.workdir) if args.workdir else default_workdir(args.config)
     try:
+        from jaxdebate.sampling.factory import resolve_backend
+
+        backend = resolve_backend(config.sampler, warn=False)  # sampler.fallback=error fails here
         if args.dry_run:
             train, val = config.data.load()
             from jaxdebate.model.sources import parse_source
 
             parse_source(config.model.source)
             print(f"config ok: {args.config} -> {workdir}; {len(train)} training items, {len(val)} validation "
-                  f"items; up to {config.samples_per_step} training samples per step")
+                  f"items; up to {config.samples_per_step} training samples per step; sampler backend {backend}")
             return EXIT_OK
         from jaxdebate.checkpoint import latest_step
         from jaxdebate.rl.trainer import train as run_training

@@ -53,3 +53,24 @@ def test_module_entry_point_runs_as_a_process():
     assert out.returncode == EXIT_CONFIG
     assert "optimizer.end_lr" in out.stderr and "Traceback" not in out.stderr
     assert time.time() - start < 60  # fails before loading any model
+
+
+def test_vllm_backend_without_a_server_falls_back_or_fails_before_compute(tmp_path, capsys):
+    from jaxdebate.config import load_config
+    from jaxdebate.sampling.factory import resolve_backend
+
+    absent = f"sampler.vllm.python={tmp_path / 'no-venv' / 'bin' / 'python'}"
+    config = load_config("configs/coma.py", [absent])
+    assert config.sampler.backend == "vllm" and config.sampler.fallback == "jax"
+    assert resolve_backend(config.sampler) == "jax"
+    assert "install_vllm.sh" in capsys.readouterr().err  # the fallback is announced, not silent
+
+    reachable = load_config("configs/coma.py", [absent, "sampler.vllm.url=http://127.0.0.1:1"])
+    assert resolve_backend(reachable.sampler) == "vllm"  # a given URL counts as reachable
+
+    workdir = tmp_path / "run"
+    assert main(["--config", "configs/coma.py", "--workdir", str(workdir), "--set", absent,
+                 "sampler.fallback=error"]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "sampler.fallback" in err and "install_vllm.sh" in err
+    assert not workdir.exists()

@@ -164,7 +164,8 @@ class EvalConfig(Section):
 
 @dataclasses.dataclass(frozen=True)
 class CoherenceConfig(Section):
-    """The whole pipeline. ``workdir`` holds every artefact (see :mod:`jaxdebate.coherence.paths`)."""
+    """The whole pipeline. ``workdir`` holds every artefact (the layout is listed in
+    :mod:`jaxdebate.coherence.pipeline`)."""
 
     _name: ClassVar[str] = "coherence"
     workdir: str = "runs/coherence"

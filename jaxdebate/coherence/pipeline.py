@@ -66,20 +66,10 @@ class Context:
         seed, so the backend's default seed does not matter."""
         if self._sampler is None:
             params, model_config = self.model
-            backend = self.config.sampler.backend
-            if backend == "jax":
-                from jaxdebate.sampling import JaxSampler
+            from jaxdebate.sampling.factory import make_sampler
 
-                self._sampler = JaxSampler(params, model_config, self.tokenizer)
-            elif backend == "vllm":
-                from jaxdebate.sampling.vllm_sampler import VLLMSampler
-
-                self._sampler = VLLMSampler.from_params(
-                    params, model_config, workdir=self.workdir / "vllm", config=self.config.sampler.vllm,
-                    tokenizer=self.tokenizer,
-                )
-            else:
-                raise ConfigError(f"sampler.backend must be 'jax' or 'vllm', got {backend!r}")
+            self._sampler = make_sampler(self.config.sampler, params, model_config, self.tokenizer,
+                                         workdir=self.workdir)
         return self._sampler
 
     @property

@@ -1,6 +1,6 @@
 """The RL learner (DESIGN §5): policy loss, micro-batching, the jitted GRPO/RLOO step and the trainer.
 
-``from jaxdebate.rl.trainer import Trainer, train, make_sampler`` runs experiments; the pieces below are
+``from jaxdebate.rl.trainer import Trainer, train`` runs experiments; the pieces below are
 pure and usable on their own (see tests/test_rl_learning.py for a loop without the debate env).
 """
 

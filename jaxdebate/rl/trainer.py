@@ -30,35 +30,12 @@ from jaxdebate.rl.batching import Sample, make_microbatches, rows_cap_for
 from jaxdebate.rl.grpo import Learner, TrainState
 from jaxdebate.rl.timing import PhaseTimer
 from jaxdebate.rl.validation import validate
-from jaxdebate.sampling.base import Sampler, SamplingParams
+from jaxdebate.sampling.base import SamplingParams
+from jaxdebate.sampling.factory import make_sampler
 
 CONFIG_FILE = "config.json"
 # Keys that vary between otherwise identical runs (wall-clock), excluded when comparing metrics.
 NONDETERMINISTIC_PREFIXES = ("time", "time/", "throughput/")
-
-
-def make_sampler(config: Config, params, model_config, tokenizer, *, version: int = 0,
-                 workdir: str | Path | None = None, mesh=None) -> Sampler:
-    """The sampler backend named by ``config.sampler.backend``, serving ``params`` as ``version``.
-    The sampler keeps ``params``: pass a copy the learner will not donate."""
-    backend = config.sampler.backend
-    if backend == "jax":
-        from jaxdebate.sampling import JaxSampler
-
-        return JaxSampler(
-            params, model_config, tokenizer, max_total_len=config.debate.max_sequence_length,
-            mesh=mesh, seed=config.training.seed, weight_version=version,
-        )
-    if backend == "vllm":
-        from jaxdebate.sampling.vllm_sampler import VLLMSampler
-
-        if workdir is None:
-            raise ConfigError("the vLLM sampler needs a workdir (for its log and exported weights)")
-        return VLLMSampler.from_params(
-            params, model_config, workdir=Path(workdir) / "vllm", config=config.sampler.vllm,
-            tokenizer=tokenizer, weight_version=version,
-        )
-    raise ConfigError(f"sampler.backend must be 'jax' or 'vllm', got {backend!r}")
 
 
 def _copy_tree(tree):
@@ -141,8 +118,9 @@ class Trainer:
         self.resumed_from = latest
         (self.workdir / CONFIG_FILE).write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
         self.sampler = make_sampler(
-            cfg, self.sampler_params, self.model_config, self.tokenizer, version=self.sampler_version,
-            workdir=self.workdir, mesh=self.mesh,
+            cfg.sampler, self.sampler_params, self.model_config, self.tokenizer,
+            workdir=self.workdir, max_total_len=cfg.debate.max_sequence_length, mesh=self.mesh,
+            seed=cfg.training.seed, version=self.sampler_version,
         )
         log = cfg.logging
         self.writer = MetricWriter(
@@ -347,6 +325,11 @@ class Trainer:
         m["weights/sampler_version"] = float(self.sampler_version)
         m["weights/ref_version"] = float(self.ref_version)
         m["weights/sampler_lag"] = float(step - 1 - min(t.weight_version for t in batch.turns)) if batch.turns else 0.0
+        sync = getattr(self.sampler, "last_sync", None)  # server backends: per-sync latency, restarts
+        if sync is not None and sync.version == step:
+            m["sync/export_s"], m["sync/reload_s"] = sync.export_s, sync.reload_s
+        if hasattr(self.sampler, "restarts"):
+            m["sampler/restarts"] = float(self.sampler.restarts)
         self._step_seconds = time.perf_counter() - step_start
         self._sampled_tokens = float(batch.stats.get("completion_tokens", 0))
         self._learner_tokens = float(bstats.get("sequence_tokens", 0))
