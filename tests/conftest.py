@@ -2,7 +2,31 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import pytest
+
+
+def pytest_configure(config):
+    """The tests start many short training processes (smoke runs, resume, sweep) that compile the same
+    tiny-model programs: they share one XLA persistent compilation cache for this session. The test
+    process itself keeps compiling from scratch, so its compile-count checks stay meaningful."""
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        cache = tempfile.mkdtemp(prefix="jaxdebate-tests-xla-")
+        config._jaxdebate_xla_cache = cache
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+    import jax
+
+    jax.config.update("jax_enable_compilation_cache", False)
+
+
+def pytest_unconfigure(config):
+    cache = getattr(config, "_jaxdebate_xla_cache", None)
+    if cache:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,6 @@ from jaxdebate.model import (
     positions_from_mask,
     token_logprobs,
 )
-from jaxdebate.model.llama import unstack_cache, unstack_layers
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -177,8 +176,6 @@ def test_kv_cache_forward_equals_full_forward(tiny_model):
     h, cache = step(params, config, ids, positions, mask, cache)
     got = [head_logits(params, config, h)]
     pos = positions[:, -1]
-    cache = unstack_cache(cache)  # decode with per-layer caches (the sampler's unrolled path)
-    params = unstack_layers(params, config)
     for j in range(extra.shape[1]):
         pos = pos + 1
         h, cache = step(params, config, extra[:, j:j + 1], pos[:, None], np.ones((2, 1), bool), cache)

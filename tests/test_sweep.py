@@ -36,7 +36,9 @@ def _sweep_cmd(sweep_dir: Path, *extra: str) -> list[str]:
 
 
 def _env(cache: Path) -> dict[str, str]:
-    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache), PYTHONUNBUFFERED="1")
+    """The session's shared XLA cache when conftest set one (other smoke runs filled it), else ``cache``."""
+    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.environ.get("JAX_COMPILATION_CACHE_DIR", str(cache)),
+                PYTHONUNBUFFERED="1")
 
 
 @pytest.fixture(scope="module")

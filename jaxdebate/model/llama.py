@@ -141,11 +141,26 @@ class Attention(nn.Module):
             cache = {**cache, "k": ck, "v": cv}
             k = jax.lax.dynamic_index_in_dim(ck, layer, 0, keepdims=False).astype(dt)
             v = jax.lax.dynamic_index_in_dim(cv, layer, 0, keepdims=False).astype(dt)
-        scores = jnp.einsum("bkgtd,bksd->bkgts", q, k, preferred_element_type=F32)
-        scores = jnp.where(mask[:, None, None], scores, jnp.finfo(F32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-        out = jnp.einsum("bkgts,bksd->btkgd", probs, v, preferred_element_type=F32).astype(dt)
-        return _dense(cfg.hidden_size, dt, "o_proj")(out.reshape(b, t, h * hd)), cache
+        out = _attend_one(q, k, v, mask) if t == 1 else _attend(q, k, v, mask)
+        return _dense(cfg.hidden_size, dt, "o_proj")(out.astype(dt).reshape(b, t, h * hd)), cache
+
+
+def _attend(q, k, v, mask):
+    """Softmax attention: ``q [B, KV, G, T, hd]`` over ``k``/``v [B, KV, S, hd]`` under ``mask
+    [B, T, S]``, scores in float32; returns ``[B, T, KV, G, hd]``."""
+    scores = jnp.einsum("bkgtd,bksd->bkgts", q, k, preferred_element_type=F32)
+    scores = jnp.where(mask[:, None, None], scores, jnp.finfo(F32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("bkgts,bksd->btkgd", probs, v, preferred_element_type=F32)
+
+
+def _attend_one(q, k, v, mask):
+    """:func:`_attend` for one query token (decoding). Contracting the cache with the slot axis
+    before the query group is ~2.5x faster on XLA:CPU than the general form (measured, B=64, S=512)."""
+    scores = jnp.einsum("bksd,bkgd->bksg", k, q[:, :, :, 0], preferred_element_type=F32)
+    scores = jnp.where(mask[:, 0, None, :, None], scores, jnp.finfo(F32).min)
+    probs = jax.nn.softmax(scores, axis=2).astype(v.dtype)
+    return jnp.einsum("bksg,bksd->bkgd", probs, v, preferred_element_type=F32)[:, None]
 
 
 class MLP(nn.Module):
@@ -306,48 +321,8 @@ def forward(
     causal = slots[None, :] <= (index + jnp.arange(t))[:, None]
     mask = causal[None] & key_mask[:, None, :]
     layer_cache = {"k": cache["k"], "v": cache["v"]}
-    if isinstance(cache["k"], (list, tuple)):
-        h, layer_cache = _forward_unrolled(params, config, tokens, positions, mask, layer_cache, index)
-    else:
-        h, layer_cache = model.apply({"params": params}, tokens, positions, mask, layer_cache, index)
+    h, layer_cache = model.apply({"params": params}, tokens, positions, mask, layer_cache, index)
     return h, {**layer_cache, "mask": key_mask, "index": index + t}
-
-
-def unstack_layers(params: Params, config: LlamaConfig) -> Params:
-    """``params`` with ``layers`` as a list of per-layer trees (for :func:`unstack_cache` decoding)."""
-    if isinstance(params["layers"], (list, tuple)):
-        return params
-    layers = [jax.tree.map(lambda x, i=i: x[i], params["layers"]) for i in range(config.num_layers)]
-    return {**params, "layers": layers}
-
-
-def unstack_cache(cache: Cache) -> Cache:
-    """A cache whose ``k``/``v`` are lists of per-layer ``[1, B, KV, S, hd]`` arrays.
-
-    :func:`forward` runs such a cache (with :func:`unstack_layers` params) as an unrolled loop over
-    layers: each step then updates every layer's cache in place and reads no sliced copies of the
-    stacked weights or cache, which is what makes token-by-token decoding fast."""
-    if isinstance(cache["k"], (list, tuple)):
-        return cache
-    n = cache["k"].shape[0]
-    return {**cache, "k": [cache["k"][i:i + 1] for i in range(n)], "v": [cache["v"][i:i + 1] for i in range(n)]}
-
-
-def _forward_unrolled(params, config, tokens, positions, mask, cache, index):
-    """The decoder stack as a Python loop over layers, each with its own cache buffers."""
-    dt = compute_dtype(config)
-    params = unstack_layers(params, config)
-    cos, sin = rope_tables(config, positions)
-    x = Embedding(config.vocab_size, config.hidden_size, dt).apply({"params": params["embed_tokens"]}, tokens)
-    layer = DecoderLayer(config)
-    ks, vs = [], []
-    for i, layer_params in enumerate(params["layers"]):
-        c = {"k": cache["k"][i], "v": cache["v"][i]}
-        (x, c), _ = layer.apply({"params": layer_params}, (x, c), 0, cos, sin, mask, index)
-        ks.append(c["k"])
-        vs.append(c["v"])
-    x = RMSNorm(config.rms_norm_eps, dt).apply({"params": params["norm"]}, x)
-    return x, {"k": ks, "v": vs}
 
 
 def head_logits(params: Params, config: LlamaConfig, hidden: jax.Array) -> jax.Array:

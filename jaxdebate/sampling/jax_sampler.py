@@ -29,8 +29,6 @@ from jaxdebate.model.llama import (
     head_logits,
     init_cache,
     positions_from_mask,
-    unstack_cache,
-    unstack_layers,
 )
 from jaxdebate.model.mesh import batch_sharding, shard_params
 from jaxdebate.sampling.base import Completion, SamplingParams, per_prompt_params
@@ -71,7 +69,7 @@ def _prefill(params, tokens, mask, rows, cache_len, *, config):
         "mask": take(cache["mask"], axis=0),
         "index": cache["index"],
     }
-    return take(logits, axis=0), unstack_cache(cache), take(positions[:, -1] + 1, axis=0)
+    return take(logits, axis=0), cache, take(positions[:, -1] + 1, axis=0)
 
 
 def _top_p_keep(probs: jax.Array, top_p: jax.Array) -> jax.Array:
@@ -126,7 +124,6 @@ def _decode(params, state, until, *, config, stop_ids, use_top_p):
     """Generate tokens ``state["step"] .. until - 1`` (stopping early when every row is done)."""
     stop = jnp.asarray(stop_ids, jnp.int32)
     ones = jnp.ones((state["pos"].shape[0], 1), bool)
-    params = unstack_layers(params, config)  # sliced once per call, not once per token
 
     def cond(s):
         return (s["step"] < until) & ~jnp.all(s["done"])
