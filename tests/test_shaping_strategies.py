@@ -18,8 +18,7 @@ from jaxdebate.shaping import (
     shape_rewards,
     team_reward,
 )
-from jaxdebate.shaping import apply
-from jaxdebate.shaping.registry import Group, in_unit_interval
+from jaxdebate.shaping.registry import in_unit_interval
 
 # Strategies computing a * b + c; XLA may contract it into a fused multiply-add, whose single
 # rounding can differ from the reference's separate multiply and add by one ulp (|x| <= 2 here).
@@ -242,39 +241,6 @@ def test_a_sixth_strategy_is_one_decorated_function():
     assert "test_scaled_correct" in list_strategies()
     with pytest.raises(Exception, match=r"shaping.params.scale: must be in \[0, 1\]"):
         shape_rewards("test_scaled_correct", {"scale": 2.0}, c, v, g, a)
-
-
-def test_batches_of_several_lane_blocks_match_reference(monkeypatch):
-    """A batch larger than one block runs as a lax.map over lane blocks, its ragged tail padded."""
-    monkeypatch.setattr(apply, "BLOCK", 4)
-    correct, votes, gold, active = mixed_batch(11, 11, 3, 3, 2)
-    for name, params in configs(3):
-        shaped = np.asarray(shape_rewards(name, params, correct, votes, gold, active))
-        expected = ref.shape_batch(name, params, correct, votes, gold, active)
-        atol = 2.0**-22 if name in FMA_STRATEGIES else 0.0
-        np.testing.assert_allclose(shaped, expected, rtol=0, atol=atol, err_msg=f"{name} {params}")
-
-
-if "test_lane_rules" not in STRATEGIES:
-    @register_strategy("test_lane_rules")
-    def _lane_rules(group, params):
-        """Exercises the lane rules (cumsum, slice, pad, concatenate, argmax, ...) and the vmap
-        fallback for primitives without one (sort, dot_general)."""
-        votes = jnp.sort(group.votes, axis=1).astype(jnp.float32)  # sort: fallback
-        weights = jnp.arange(1, votes.shape[-1] + 1, dtype=jnp.float32)
-        dot = jnp.einsum("gar,r->ga", group.correct, weights)[..., None]  # dot_general: fallback
-        run = jnp.cumsum(group.correct, axis=-1)
-        shifted = jnp.pad(run[..., 1:], ((0, 0), (0, 0), (0, 1)))
-        both = jnp.concatenate([shifted, votes], axis=1)[:, ::2]
-        best = jnp.argmax(both, axis=1).astype(jnp.float32)[:, None]
-        return both[:, : votes.shape[1]] + dot + best + jnp.float32(group.gold)
-
-
-def test_lane_rules_and_fallback_agree_with_plain_vmap():
-    c, v, g, a = mixed_batch(4, 6, 3, 4, 3)
-    fn = STRATEGIES["test_lane_rules"].fn
-    plain = jax.vmap(lambda c, v, g, a: jnp.where(a, fn(Group(c, v, g, a), {}), 0.0))(c, v, g, a)
-    np.testing.assert_array_equal(shape_rewards("test_lane_rules", {}, c, v, g, a), plain)
 
 
 def test_shape_rewards_is_usable_inside_a_callers_jit():
