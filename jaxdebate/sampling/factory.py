@@ -46,7 +46,8 @@ def make_sampler(
     version: int = 0,
 ) -> Sampler:
     """The sampler for ``config`` serving ``params`` as weight ``version``. The JAX sampler keeps
-    ``params`` (pass a copy a learner will not donate); the vLLM one exports them under ``workdir``."""
+    ``params`` (pass a copy a learner will not donate); the vLLM server keeps its log, caches and
+    temp files in ``workdir/vllm/``."""
     backend = resolve_backend(config)
     if backend == "jax":
         from jaxdebate.sampling.jax_sampler import JaxSampler
@@ -60,7 +61,7 @@ def make_sampler(
         if workdir is None:
             raise ConfigError("the vLLM sampler needs a workdir (for its log and exported weights)")
         return VLLMSampler.from_params(
-            params, model_config, workdir=Path(workdir) / "vllm", config=config.vllm,
+            params, model_config, workdir=workdir, config=config.vllm,
             tokenizer=tokenizer, weight_version=version,
         )
     raise ConfigError(f"sampler.backend must be 'jax' or 'vllm', got {backend!r}")
