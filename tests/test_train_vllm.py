@@ -12,16 +12,9 @@ import time
 import pytest
 
 from jaxdebate.config import load_config
-from jaxdebate.sampling.vllm_config import VLLMConfig
+from real_server import REAL_SERVER
 
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not VLLMConfig().installed(),
-        reason="vLLM server virtualenv missing: run `bash scripts/install_vllm.sh` to create .venv-vllm",
-    ),
-]
+pytestmark = REAL_SERVER
 
 STEPS = 4
 

@@ -21,15 +21,9 @@ import pytest
 from jaxdebate.errors import SamplerError
 from jaxdebate.sampling.base import Sampler, SamplingParams
 from jaxdebate.sampling.vllm_config import VLLMConfig
+from real_server import REAL_SERVER
 
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not VLLMConfig().installed(),
-        reason="vLLM server virtualenv missing: run `bash scripts/install_vllm.sh` to create .venv-vllm",
-    ),
-]
+pytestmark = REAL_SERVER
 
 SOURCE = "tiny:hidden=128,heads=2,kv_heads=1,intermediate=256,seed=3"
 GREEDY_TOKENS = 12
