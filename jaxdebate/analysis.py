@@ -1,6 +1,7 @@
 """Compare strategies across a sweep: curves (mean ± std over seeds), final-accuracy table, PNG plots.
 
     python -m jaxdebate.analysis runs/sweep --out runs/sweep/plots
+    python -m jaxdebate.analysis runs/arithmetic --results results/arithmetic   # committable artefacts
 
 A sweep directory holds one workdir per run (``<strategy>-seed<seed>``, each with ``metrics.jsonl``);
 :mod:`jaxdebate.sweep` makes them, but any directories of runs laid out that way work.
@@ -332,11 +333,99 @@ def write_plots(sweep_dir: str | Path, out_dir: str | Path | None = None) -> lis
     return paths
 
 
+# t quantiles (two-sided 95%) for the seed-level interval of a strategy's mean
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def run_summary(run: Run) -> dict[str, Any]:
+    """One run's row of ``summary.json``: held-out accuracy at the first and last validation (with
+    the items counted and a two-proportion test between them), steps, status and wall time."""
+    from jaxdebate.stats import two_proportion_test, wilson_interval
+
+    steps, values = run.series(VAL_DEBATE)
+    items = [_number(r.get("val/items")) for r in run.records if VAL_DEBATE in r]
+    last_step = max((r.get("step", 0) for r in run.records), default=0)
+    row: dict[str, Any] = {
+        "strategy": run.strategy, "seed": run.seed, "status": run.state.get("status", "unknown"),
+        "steps": int(last_step), "wall_time_s": run.state.get("wall_time_s"),
+        "initial_accuracy": float(values[0]) if len(values) and steps[0] == 0 else None,
+        "final_accuracy": float(values[-1]) if len(values) and steps[-1] > 0 else None,
+        "final_step": int(steps[-1]) if len(values) else None,
+        "validation_items": int(items[-1]) if items and items[-1] else None,
+    }
+    n = row["validation_items"]
+    if n and row["initial_accuracy"] is not None and row["final_accuracy"] is not None:
+        k0, k1 = round(row["initial_accuracy"] * n), round(row["final_accuracy"] * n)
+        row["initial_ci95"], row["final_ci95"] = list(wilson_interval(k0, n)), list(wilson_interval(k1, n))
+        row["z"], row["p_two_proportion"] = two_proportion_test(k0, n, k1, n)
+    return row
+
+
+def strategy_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per strategy over its finished seeds: final held-out accuracy mean with a t 95% interval over
+    seeds, the mean gain over the initial accuracy, and the mean wall time."""
+    out = []
+    for strategy in dict.fromkeys(r["strategy"] for r in rows):
+        done = [r for r in rows if r["strategy"] == strategy and r["final_accuracy"] is not None]
+        finals = np.array([r["final_accuracy"] for r in done])
+        gains = np.array([r["final_accuracy"] - r["initial_accuracy"] for r in done
+                          if r["initial_accuracy"] is not None])
+        walls = [r["wall_time_s"] for r in done if r.get("wall_time_s")]
+        entry: dict[str, Any] = {"strategy": strategy, "seeds": len(done), "final_accuracy": None, "ci95": None,
+                                 "gain": float(gains.mean()) if len(gains) else None,
+                                 "wall_time_min": float(np.mean(walls)) / 60 if walls else None}
+        if len(finals):
+            mean = float(finals.mean())
+            half = _T975.get(len(finals) - 1, 1.96) * float(finals.std(ddof=1)) / math.sqrt(len(finals)) \
+                if len(finals) > 1 else float("nan")
+            entry.update(final_accuracy=mean, ci95=[mean - half, mean + half] if len(finals) > 1 else None)
+        out.append(entry)
+    return out
+
+
+def format_strategy_table(table: Sequence[dict[str, Any]]) -> str:
+    """The strategy table as markdown."""
+    lines = ["| strategy | seeds | final held-out accuracy (mean) | 95% CI over seeds | gain vs step 0 | wall time / run |",
+             "|---|---|---|---|---|---|"]
+    for t in table:
+        acc = "-" if t["final_accuracy"] is None else f"{t['final_accuracy']:.3f}"
+        ci = "-" if not t["ci95"] else f"[{t['ci95'][0]:.3f}, {t['ci95'][1]:.3f}]"
+        gain = "-" if t["gain"] is None else f"{t['gain']:+.3f}"
+        wall = "-" if t["wall_time_min"] is None else f"{t['wall_time_min']:.1f} min"
+        lines.append(f"| {t['strategy']} | {t['seeds']} | {acc} | {ci} | {gain} | {wall} |")
+    return "\n".join(lines)
+
+
+def export_results(sweep_dir: str | Path, out_dir: str | Path) -> Path:
+    """Write a sweep's small artefacts (no checkpoints) to ``out_dir``: ``summary.json`` (``runs``
+    and the per-strategy ``table``), ``table.md``, every run's ``metrics.jsonl`` and config, and the
+    PNG plots."""
+    import shutil
+
+    runs = load_sweep(sweep_dir)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [run_summary(r) for r in runs]
+    table = strategy_table(rows)
+    (out / "summary.json").write_text(json.dumps({"runs": rows, "table": table}, indent=2) + "\n")
+    (out / "table.md").write_text(format_strategy_table(table) + "\n")
+    for run in runs:
+        dest = out / "runs" / run.name
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in (METRICS_FILE, "config.json", "run.json"):
+            if (run.workdir / name).is_file():
+                shutil.copyfile(run.workdir / name, dest / name)
+    write_plots(sweep_dir, out / "plots")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxdebate.analysis", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dir", help="directory with one run directory per strategy × seed")
     parser.add_argument("--out", default=None, help="where to write the PNG files (default SWEEP_DIR/plots)")
+    parser.add_argument("--results", default=None,
+                        help="also write the committable artefacts here (summary.json, table.md, metrics, plots)")
     args = parser.parse_args(argv)
     try:
         runs = load_sweep(args.sweep_dir)
@@ -346,6 +435,10 @@ def main(argv: list[str] | None = None) -> int:
     print(format_accuracy_table(final_accuracy_table(runs)))
     for path in write_plots(args.sweep_dir, args.out):
         print(f"wrote {path}")
+    if args.results:
+        out = export_results(args.sweep_dir, args.results)
+        print(format_strategy_table(json.loads((out / "summary.json").read_text())["table"]))
+        print(f"wrote {out}")
     return 0
 
 

@@ -18,9 +18,22 @@ STRATEGY_FILES = {
 }
 
 
+FAMILIES = {"seeds": "configs", "arithmetic": "configs/arithmetic"}
+
+
+def _family(directory):
+    return {name: load_config(f"{directory}/{name}.py") for name in STRATEGY_FILES}
+
+
 @pytest.fixture(scope="module")
 def configs():
-    return {name: load_config(f"configs/{name}.py") for name in STRATEGY_FILES}
+    return _family(FAMILIES["seeds"])
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family(request):
+    """Each experiment family's five strategy configs."""
+    return _family(FAMILIES[request.param])
 
 
 def _leaves(tree, path=()):
@@ -35,8 +48,8 @@ def _leaves(tree, path=()):
         yield path, tree
 
 
-def test_configs_differ_only_in_reward_shaping(configs):
-    trees = {name: dict(_leaves(to_dict(c))) for name, c in configs.items()}
+def test_configs_differ_only_in_reward_shaping(family):
+    trees = {name: dict(_leaves(to_dict(c))) for name, c in family.items()}
     for a, b in itertools.combinations(trees, 2):
         paths = set(trees[a]) | set(trees[b])
         differing = sorted(p for p in paths if trees[a].get(p, "<absent>") != trees[b].get(p, "<absent>"))
@@ -48,10 +61,10 @@ def test_configs_differ_only_in_reward_shaping(configs):
     assert all(s == non_shaping[0] for s in non_shaping) and len(non_shaping[0]) > 60
 
 
-def test_strategy_specific_params(configs):
+def test_strategy_specific_params(family):
     for name, (strategy, params) in STRATEGY_FILES.items():
-        assert configs[name].shaping.strategy == strategy
-        assert dict(configs[name].shaping.params) == params
+        assert family[name].shaping.strategy == strategy
+        assert dict(family[name].shaping.params) == params
 
 
 def test_seed_values_in_every_config(configs):
@@ -113,8 +126,8 @@ def test_overrides_and_errors_name_the_field(configs):
         apply_overrides(base, ["loss.beta"])
 
 
-def test_round_trip_through_json(configs):
-    for config in configs.values():
+def test_round_trip_through_json(configs, family):
+    for config in [*configs.values(), *family.values()]:
         data = json.loads(json.dumps(to_dict(config)))
         assert from_dict(Config, data) == config
     data = to_dict(configs["identity"])
@@ -145,3 +158,18 @@ def test_smoke_config_is_small():
     assert smoke.model.source.startswith("tiny")
     assert smoke.data.train.startswith("arithmetic")
     assert smoke.training.total_train_steps <= 6 and smoke.sampler.max_new_tokens <= 32
+
+
+def test_arithmetic_family_is_the_seeds_experiment_at_cpu_scale():
+    """The family keeps the seeds' debate shape and loss, and changes only what its base documents:
+    graded data with a disjoint held-out split, the answer_line protocol, sizes."""
+    seeds, arith = load_config("configs/identity.py"), load_config("configs/arithmetic/identity.py")
+    assert (arith.debate.num_agents, arith.debate.num_rounds) == (3, 2)
+    assert arith.training.generations_per_prompt == seeds.training.generations_per_prompt == 4
+    assert arith.loss == seeds.loss and arith.model.source == seeds.model.source
+    assert arith.debate.extraction == "number" and arith.debate.example_problem
+    assert seeds.debate.extraction == "marked" and seeds.debate.example_problem is None  # seeds untouched
+    assert arith.training.validate_at_start and arith.training.validation_every_steps == arith.training.total_train_steps
+    assert arith.data.validation_env == "math"
+    train, held_out = arith.data.load()
+    assert len(held_out) >= 300 and not {it.problem for it in train} & {it.problem for it in held_out}

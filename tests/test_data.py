@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import re
 import operator
 
 import pytest
@@ -181,6 +182,38 @@ def test_arithmetic_builtin_is_deterministic_and_correct():
         assert it.problem == f"Compute ${it.meta['expression']}$."
 
 
+@pytest.mark.parametrize("level", [1, 2, 3, 4, 5])
+def test_arithmetic_levels_are_distinct_correct_and_graded(level):
+    n = 64 if level == 1 else 200
+    items = load_items(f"arithmetic:level={level},n={n},seed=3")
+    assert items == load_items(f"arithmetic:level={level},n={n},seed=3")  # deterministic
+    assert len(items) == n and len({it.problem for it in items}) == n  # distinct problems
+    for it in items:
+        assert it.meta["level"] == level and it.id.startswith(f"arithmetic/L{level}/3/")
+        assert int(it.answer) == _evaluate(it.meta["expression"])
+        assert it.problem == f"Compute ${it.meta['expression']}$."
+        operands = [int(x) for x in re.findall(r"\d+", it.meta["expression"])]
+        assert all(2 <= x <= 99 for x in operands)
+    if level == 1:
+        assert all(len(re.findall(r"\d+", it.meta["expression"])) == 2 and "+" in it.meta["expression"]
+                   for it in items)
+
+
+def test_arithmetic_level_mixes_take_equal_shares_and_refuse_skew():
+    items = load_items("arithmetic:level=1..3,n=150")
+    counts = {level: sum(it.meta["level"] == level for it in items) for level in (1, 2, 3)}
+    assert counts == {1: 50, 2: 50, 3: 50}
+    assert [it.meta["level"] for it in items[:12]] != sorted(it.meta["level"] for it in items[:12])  # shuffled
+    assert {it.meta["level"] for it in load_items("arithmetic:level=2+4,n=10")} == {2, 4}
+    with pytest.raises(DataError, match="level 1 has 64 distinct problems, fewer than the 67"):
+        load_items("arithmetic:level=1..3,n=200")
+    for spec, message in [("arithmetic:level=0..2", "levels must lie in 1..5"),
+                          ("arithmetic:level=a", "must be K, A..B"),
+                          ("arithmetic:lvl=2", "expected n=INT, seed=INT or level")]:
+        with pytest.raises(DataError, match=message):
+            load_items(spec)
+
+
 # -- stream ------------------------------------------------------------------------------------------
 
 def test_stream_epochs_are_seeded_permutations():
@@ -261,6 +294,7 @@ def test_data_config_defaults_and_load():
         ({"format": "csv"}, r"data\.format"),
         ({"env_name_remap": {"math": "chess"}}, r"data\.env_name_remap: target environment\(s\) \['chess'\]"),
         ({"env_name_remap": ["math"]}, r"data\.env_name_remap"),
+        ({"validation_env": "chess"}, r"data\.validation_env"),
     ],
 )
 def test_data_config_validation_names_the_field(kwargs, message):

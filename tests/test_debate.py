@@ -285,6 +285,9 @@ def test_misbehaving_sampler_and_bad_arguments(tokenizer, grader):
         ({"early_stop_on_consensus": "yes"}, r"debate\.early_stop_on_consensus"),
         ({"instruction": " "}, r"debate\.instruction"),
         ({"trim_marker": "[{m} cut]"}, r"debate\.trim_marker"),
+        ({"example_problem": "Compute $1 + 1$."}, r"debate\.example_solution: must be set together"),
+        ({"example_problem": "", "example_solution": "2"}, r"debate\.example_problem"),
+        ({"extraction": "fuzzy"}, r"debate\.extraction: must be one of marked, number"),
     ],
 )
 def test_debate_config_validation(kwargs, message):
@@ -298,3 +301,32 @@ def test_water_level():
     assert water_level([100, 50, 10], 40) == 60
     assert water_level([100, 50, 10], 60) == 45  # 55 + 5
     assert water_level([100, 50, 10], 500) == 0
+
+
+def test_answer_line_protocol_prompts_and_extraction(tokenizer, grader):
+    """The worked example precedes every turn, round 2 quotes the others under the protocol's
+    wording, and unmarked numeric answers ("2 + 3 = 5") are graded under ``extraction='number'``."""
+    from jaxdebate.debate.protocols import PROTOCOLS, with_protocol
+
+    config = with_protocol(DebateConfig(num_agents=2, num_rounds=2), "answer_line")
+    assert config.extraction == "number" and config.example_solution == PROTOCOLS["answer_line"]["example_solution"]
+    assert with_protocol(config, "boxed") == DebateConfig(num_agents=2, num_rounds=2)
+    with pytest.raises(ConfigError, match="unknown answer protocol 'nope'"):
+        with_protocol(config, "nope")
+    seen = {}
+
+    def respond(b, g, a, r, prompt):
+        seen[(b, a, r)] = prompt
+        return "2 + 3 = 5" if a == 0 else "2 + 3 = 6\nAnswer: 6"
+
+    items = ITEMS[:1]
+    batch, _ = play(tokenizer, grader, respond, items=items, G=1, config=config)
+    first, second = seen[(0, 0, 0)], seen[(0, 1, 1)]
+    example = "Compute $3 + 4$.\n\nGive the result on the last line as: Answer: <number>"
+    assert first.index(example) < first.index("3 + 4 = 7\nAnswer: 7") < first.index("Compute $2 + 3$.")
+    assert second.startswith(first[:first.index("Compute $2 + 3$.")])  # same system + example prefix
+    assert "Other agents answered the same problem:" in second and "2 + 3 = 5" in second
+    assert batch.correct[0, 0, :, 0].tolist() == [1.0, 0.0]
+    assert [t.answer for t in batch.turns if t.index[3] == 0] == ["5", "6"]
+    boxed_batch, _ = play(tokenizer, grader, respond, items=items, G=1, config=DebateConfig(num_agents=2, num_rounds=2))
+    assert boxed_batch.correct[0, 0, :, 0].tolist() == [0.0, 0.0]  # "marked" finds no answer in "2 + 3 = 5"

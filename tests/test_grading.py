@@ -51,11 +51,47 @@ def strict():
         ("So, the final answer is $r = 2$.", "r = 2"),
         ("The final answer is: 12\nThanks!", "12"),
         ("My final answer is **7**.", "7"),
+        ("So my answer is: 6", "6"),  # SmolLM2's own phrasing (issue 11's transcript)
         ("", None),
     ],
 )
 def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # forms SmolLM2-135M writes under the answer_line protocol (transcripts of `jaxdebate.eval`)
+        ("55 - 2 = 53", "53"),
+        ("18 + 6 = 24\nAnswer: 24", "24"),
+        ("31 + 6 = 37\nAnswer: 7", "7"),  # the answer line is what it states, even when wrong
+        ("37 + 8 = 11 for now.\nAnswer: 11", "11"),
+        ("The answer is $5 + 6 = 11$.", "11"),
+        ("So my answer is: 6", "6"),
+        ("First, 66 - 19 = 47", "47"),
+        ("Compute 7 - 10 = -3", "-3"),
+        ("19-5", "5"),  # a binary minus is not a sign
+        ("The total is 1,234.", "1234"),
+        ("\\boxed{12} and then 99", "12"),
+        ("Answer: eleven", None),
+        ("no numbers here", None),
+        ("", None),
+    ],
+)
+def test_extract_answer_number_mode(text, expected):
+    assert extract_answer(text, "number") == expected
+
+
+def test_extract_answer_number_mode_is_linear():
+    import time
+
+    text = "1 + " * 50_000 + "\\boxed{" * 2_000
+    start = time.perf_counter()
+    assert extract_answer(text, "number") == "1"
+    assert time.perf_counter() - start < 5.0
+    with pytest.raises(ValueError, match="extraction mode"):
+        extract_answer("7", "fuzzy")
 
 
 # (gold, completion, expected): at least 40 cases, true and false.

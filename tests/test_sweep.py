@@ -104,6 +104,19 @@ def test_summary_table_and_plots(sweep):
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
 
+    # the committable results: summary.json (runs + per-strategy table), table.md, metrics, plots
+    results = sweep_dir.parent / "results"
+    assert analysis.main([str(sweep_dir), "--out", str(sweep_dir / "plots"), "--results", str(results)]) == 0
+    summary = json.loads((results / "summary.json").read_text())
+    assert [r["strategy"] for r in summary["runs"]] == STRATEGIES
+    for r in summary["runs"]:
+        assert r["seed"] == 0 and r["status"] == "done" and r["steps"] == 2 and r["final_step"] == 2
+        assert 0 <= r["final_accuracy"] <= 1 and r["initial_accuracy"] is None  # no validation at step 0 here
+        assert (results / "runs" / f"{r['strategy']}-seed0" / "metrics.jsonl").is_file()
+    assert [t["strategy"] for t in summary["table"]] == STRATEGIES and all(t["seeds"] == 1 for t in summary["table"])
+    assert (results / "table.md").read_text().count("\n| ") == 6
+    assert sorted(p.name for p in (results / "plots").iterdir()) == sorted(p.name for p in paths)
+
 
 @pytest.mark.slow
 def test_notebook_executes_headless(sweep, tmp_path):

@@ -22,7 +22,9 @@ class DataConfig:
     ``validation=None``, ``validation_size`` items are held out of ``train`` (chosen by
     ``holdout_seed``); otherwise at most ``validation_size`` items are read from ``validation``.
     ``env_name_remap`` routes items to environments (``{"math": "math_debate"}`` turns single-agent
-    items into debates). ``limit`` caps the number of items read from ``train``."""
+    items into debates). ``validation_env`` plays every validation item in that environment instead
+    (``"math"``: one agent, one round, e.g. to measure the policy's own held-out accuracy cheaply).
+    ``limit`` caps the number of items read from ``train``."""
 
     train: str = "math500"
     validation: str | None = None
@@ -31,6 +33,7 @@ class DataConfig:
     env_name_remap: Mapping[str, str] = dataclasses.field(default_factory=_default_remap)
     limit: int | None = None
     format: str | None = None
+    validation_env: str | None = None
 
     def __post_init__(self) -> None:
         def bad(field: str, why: str) -> ConfigError:
@@ -56,6 +59,8 @@ class DataConfig:
                 raise ConfigError(f"data.env_name_remap: entry {key!r}: {value!r} must map a non-empty string to one")
         from jaxdebate.debate.envs import env_names  # lazy: the environments import this package
 
+        if self.validation_env is not None and self.validation_env not in env_names():
+            raise bad("validation_env", f"must be None or a registered environment ({', '.join(env_names())})")
         unknown = sorted(set(remap.values()) - set(env_names()))
         if unknown:
             raise ConfigError(

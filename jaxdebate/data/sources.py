@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from jaxdebate.data import readers
-from jaxdebate.data.builtin import arithmetic_items
+from jaxdebate.data.builtin import LEVELS, arithmetic_items
 from jaxdebate.data.items import Item
 from jaxdebate.errors import DataError
 
@@ -60,20 +60,39 @@ def candidate_files(dataset: NamedDataset) -> list[Path]:
     return places
 
 
+def _parse_levels(text: str, spec: str) -> tuple[int, ...]:
+    """``3`` -> (3,), ``1..3`` -> (1, 2, 3), ``2+4`` -> (2, 4)."""
+    try:
+        if ".." in text:
+            low, high = (int(x) for x in text.split(".."))
+            levels = tuple(range(low, high + 1))
+        else:
+            levels = tuple(int(x) for x in text.split("+"))
+    except ValueError:
+        raise DataError(f"builtin dataset {spec!r}: level={text!r} must be K, A..B or A+B+...") from None
+    if not levels or any(level not in LEVELS for level in levels):
+        raise DataError(f"builtin dataset {spec!r}: levels must lie in {LEVELS[0]}..{LEVELS[-1]}, got {text!r}")
+    return levels
+
+
 def _parse_builtin(spec: str) -> list[Item]:
     name, _, body = spec.partition(":")
-    options = {"n": 64, "seed": 0}
+    options: dict[str, int] = {"n": 64, "seed": 0}
+    levels = None
     for part in filter(None, (p.strip() for p in body.split(","))):
-        key, sep, value = part.partition("=")
-        if not sep or key.strip() not in options:
-            raise DataError(f"builtin dataset option {part!r} in {spec!r}: expected n=INT or seed=INT")
+        key, sep, value = (x.strip() for x in part.partition("="))
+        if sep and key == "level":
+            levels = _parse_levels(value, spec)
+            continue
+        if not sep or key not in options:
+            raise DataError(f"builtin dataset option {part!r} in {spec!r}: expected n=INT, seed=INT or level=K|A..B")
         try:
-            options[key.strip()] = int(value)
+            options[key] = int(value)
         except ValueError:
             raise DataError(f"builtin dataset option {part!r} in {spec!r} is not an integer") from None
     if options["n"] < 1:
         raise DataError(f"builtin dataset {spec!r}: n must be >= 1")
-    return arithmetic_items(n=options["n"], seed=options["seed"])
+    return arithmetic_items(n=options["n"], seed=options["seed"], levels=levels)
 
 
 def _from_hub(dataset: NamedDataset, tried: list[Path]) -> list[Item]:
@@ -130,7 +149,7 @@ def load_items(
     name_or_path: str, *, env: str | None = None, limit: int | None = None, format: str | None = None
 ) -> list[Item]:
     """Items of a dataset: a name (``math500``, ``gsm8k_train``, ``gsm8k_test``, ``gsm8k_platinum``,
-    ``arithmetic[:n=N,seed=S]``) or the path of a .jsonl file (format detected from its fields, or
+    ``arithmetic[:n=N,seed=S,level=A..B]``) or the path of a .jsonl file (format detected from its fields, or
     ``format=`` one of :data:`readers.FORMATS`). ``env`` overrides every item's environment and
     ``limit`` keeps the first ``limit`` items."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):

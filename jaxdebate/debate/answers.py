@@ -1,8 +1,10 @@
 """Final-answer extraction and cheap string normalisation (pure string functions, no sympy).
 
 ``extract_answer`` finds the last complete ``\\boxed{…}`` / ``\\fbox{…}`` (nested braces allowed);
-without one, the rest of the line after the last ``Answer:``, ``####`` or ``final answer is``.
-Scanning is linear: no backtracking regexes run on model output.
+without one, the rest of the line after the last ``Answer:``, ``####`` or ``answer is`` (as in
+"the final answer is 7", "so my answer is: 6"). ``mode="number"`` (for tasks with numeric answers)
+keeps only a number: the last one on that line, or without any marker the last number of the text
+("66 - 19 = 47"). Scanning is linear: no backtracking regexes run on model output.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ import re
 from decimal import Decimal
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
-_MARKER = re.compile(r"answer\s*:|####|final answer is\s*:?", re.IGNORECASE)
+_MARKER = re.compile(r"answer\s*:|####|answer is\s*:?", re.IGNORECASE)
+# a number; a minus sign counts only where it cannot be a binary minus ("19-5" holds 19 and 5)
+_NUMBER = re.compile(r"(?:(?<![\w)\]}])[-−])?\d+(?:,\d{3})*(?:\.\d+)?")
+EXTRACTION_MODES = ("marked", "number")
 _SPACING = re.compile(r"\\[,;:! ]|\\left|\\right|\\displaystyle|\s+")
 _THOUSANDS = re.compile(r"-?\d{1,3}(,\d{3})+(\.\d+)?")
 _INTEGER = re.compile(r"-?\d+")
@@ -73,20 +78,36 @@ def _clean_marker_answer(rest: str) -> str:
     return line.rstrip(".").strip()
 
 
-def extract_answer(text: str | None) -> str | None:
-    """The final answer stated in ``text``, or None when it states none."""
+def _last_number(text: str) -> str | None:
+    last = None
+    for match in _NUMBER.finditer(text):
+        last = match
+    return last.group().replace("−", "-").replace(",", "") if last else None
+
+
+def extract_answer(text: str | None, mode: str = "marked") -> str | None:
+    """The final answer stated in ``text``, or None when it states none.
+
+    ``mode="marked"``: the last boxed expression, else the rest of the line after the last marker.
+    ``mode="number"``: the last number of that answer, else (no box, no marker) the last number of
+    the text.
+    """
+    if mode not in EXTRACTION_MODES:
+        raise ValueError(f"extraction mode must be one of {EXTRACTION_MODES}, got {mode!r}")
     if not text:
         return None
     boxed = _boxed_contents(text)
     if boxed:
-        content = max(boxed)[1].strip()
-        return content or None
-    last = None
-    for match in _MARKER.finditer(text):
-        last = match
-    if last is None:
-        return None
-    answer = _clean_marker_answer(text[last.end():])
+        answer = max(boxed)[1].strip()
+    else:
+        last = None
+        for match in _MARKER.finditer(text):
+            last = match
+        if last is None:
+            return _last_number(text) if mode == "number" else None
+        answer = _clean_marker_answer(text[last.end():])
+    if mode == "number" and answer:
+        return _last_number(answer)
     return answer or None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxdebate.debate.answers import EXTRACTION_MODES
 from jaxdebate.errors import ConfigError
 
 DEFAULT_INSTRUCTION = "Solve the problem step by step. Put your final answer within \\boxed{}."
@@ -24,6 +25,12 @@ class DebateConfig:
     and ``debate_instruction``, trimmed (tail kept, ``trim_marker`` in place of the cut) so that prompt
     plus ``max_tokens`` fit ``max_sequence_length``. ``system_prompt=None`` keeps the chat template's
     default. With ``early_stop_on_consensus`` a rollout ends after a round whose agents all agree.
+
+    The answer protocol: ``example_problem``/``example_solution`` (both or neither) put one worked
+    example before every turn's messages as an earlier user/assistant exchange; ``extraction`` is how
+    a completion's final answer is found (``marked``: boxed or after a marker; ``number``: also the
+    last number, see :func:`jaxdebate.debate.answers.extract_answer`). Named presets live in
+    :mod:`jaxdebate.debate.protocols`.
     """
 
     num_agents: int = 3
@@ -36,6 +43,9 @@ class DebateConfig:
     debate_instruction: str = DEFAULT_DEBATE_INSTRUCTION
     show_own_previous: bool = True
     trim_marker: str = DEFAULT_TRIM_MARKER
+    example_problem: str | None = None
+    example_solution: str | None = None
+    extraction: str = "marked"
 
     def __post_init__(self) -> None:
         def bad(field: str, why: str) -> ConfigError:
@@ -52,8 +62,14 @@ class DebateConfig:
             value = getattr(self, field)
             if not isinstance(value, str) or not value.strip():
                 raise bad(field, "must be a non-empty string")
-        if self.system_prompt is not None and not isinstance(self.system_prompt, str):
-            raise bad("system_prompt", "must be a string or None")
+        for field in ("system_prompt", "example_problem", "example_solution"):
+            value = getattr(self, field)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise bad(field, "must be a non-empty string or None")
+        if (self.example_problem is None) != (self.example_solution is None):
+            raise bad("example_solution", "must be set together with example_problem (both or neither)")
+        if self.extraction not in EXTRACTION_MODES:
+            raise bad("extraction", f"must be one of {', '.join(EXTRACTION_MODES)}")
         try:
             self.trim_marker.format(n=1)
         except (KeyError, IndexError, ValueError) as e:

@@ -27,8 +27,16 @@ class DebateEnv:
     config: DebateConfig
 
     def _with_system(self, messages: list[Message]) -> list[Message]:
-        if self.config.system_prompt is not None:
-            return [{"role": "system", "content": self.config.system_prompt}, *messages]
+        """The system prompt and the worked example (when configured) before ``messages``."""
+        cfg = self.config
+        if cfg.example_problem is not None:
+            messages = [
+                {"role": "user", "content": f"{cfg.example_problem}\n\n{cfg.instruction}"},
+                {"role": "assistant", "content": cfg.example_solution},
+                *messages,
+            ]
+        if cfg.system_prompt is not None:
+            return [{"role": "system", "content": cfg.system_prompt}, *messages]
         return messages
 
     def first_messages(self, item: Item) -> list[Message]:

@@ -129,7 +129,7 @@ def run_debates(
         for keys, result in zip(targets, results):
             for key, completion in zip(keys, result):
                 completions[key] = completion
-                answers[key] = extract_answer(completion.text)
+                answers[key] = extract_answer(completion.text, config.extraction)
                 active[key] = True
                 if key[3] == 0:
                     prompts_of[key] = first_ids[key[0]]

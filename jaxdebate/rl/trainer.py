@@ -339,11 +339,14 @@ class Trainer:
         cfg = self.config
         if not self.val_items:
             return {}
+        items, remap = self.val_items, cfg.data.env_name_remap
+        if cfg.data.validation_env is not None:
+            items, remap = [it.with_env(cfg.data.validation_env) for it in items], None
         with self.timer("validation"):
             metrics, _ = validate(
-                self.sampler, self.tokenizer, self.val_items, debate=cfg.debate,
+                self.sampler, self.tokenizer, items, debate=cfg.debate,
                 sampling=self._sampling_params(evaluation=True), grader=self.grader,
-                env_name_remap=cfg.data.env_name_remap, batch_size=cfg.training.eval_batch_size,
+                env_name_remap=remap, batch_size=cfg.training.eval_batch_size,
                 seed=cfg.training.seed + 7919,
             )
         out = {f"val/{k}": v for k, v in metrics.items()}

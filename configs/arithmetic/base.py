@@ -1,0 +1,55 @@
+"""Shared settings of the arithmetic family: the seeds' experiment (configs/base.py) at CPU scale.
+
+What changes from the seeds' family, and why:
+- data: graded integer arithmetic, levels 2-3 (two-digit +/- and one-digit x, ``Compute $EXPR$.``),
+  where SmolLM2-135M-Instruct has real but incomplete skill (single-agent accuracy ~22% sampled at
+  T=1, ~30-40% greedy; README "Base accuracy"); 300 distinct problems are held out and never trained
+  on, validated single-agent greedy at the start and the end;
+- debate: the ``answer_line`` protocol (one worked example, an ``Answer: <number>`` line, lenient
+  number extraction) instead of ``\\boxed{}``, which the 135M model cannot follow;
+- sizes: 48 new tokens per turn, sequences of at most 512 tokens, a 10x higher learning rate than
+  the seeds' 3e-6 over 12 steps, so that a run fits about half an hour on 2 CPU cores.
+Still 3 agents x 2 rounds, 4 debates per prompt, GRPO with the seeds' loss settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from configs import base as seeds
+from jaxdebate.config import Config
+from jaxdebate.debate.protocols import with_protocol
+from jaxdebate.shaping import ShapingConfig
+
+GENERATIONS_PER_PROMPT = seeds.GENERATIONS_PER_PROMPT  # 4 debates per prompt, as in the seeds
+TRAIN_DATA = "arithmetic:level=2..3,n=2000,seed=0"
+VALIDATION_SIZE = 300
+PROTOCOL = "answer_line"
+MAX_SEQUENCE_LENGTH = 512
+MAX_NEW_TOKENS = 48
+TRAIN_BATCH_SIZE = 2
+TOTAL_TRAIN_STEPS = 12
+LEARNING_RATE = 3e-5
+WARMUP_STEPS = 2
+EVAL_BATCH_SIZE = 100
+SAMPLER_BACKEND = "jax"
+
+
+def get_config(shaping: ShapingConfig | None = None) -> Config:
+    """The family's shared config, with ``shaping`` (default: identity) as the only free section."""
+    c = seeds.get_config(shaping=shaping)
+    return dataclasses.replace(
+        c,
+        model=dataclasses.replace(c.model, remat="none"),
+        data=dataclasses.replace(c.data, train=TRAIN_DATA, validation_size=VALIDATION_SIZE, validation_env="math"),
+        debate=with_protocol(dataclasses.replace(c.debate, max_sequence_length=MAX_SEQUENCE_LENGTH), PROTOCOL),
+        sampler=dataclasses.replace(c.sampler, backend=SAMPLER_BACKEND, max_new_tokens=MAX_NEW_TOKENS),
+        optimizer=dataclasses.replace(c.optimizer, peak_lr=LEARNING_RATE, end_lr=LEARNING_RATE,
+                                      warmup_steps=WARMUP_STEPS, schedule="linear"),
+        training=dataclasses.replace(
+            c.training, train_batch_size=TRAIN_BATCH_SIZE, eval_batch_size=EVAL_BATCH_SIZE,
+            total_train_steps=TOTAL_TRAIN_STEPS, validate_at_start=True,
+            validation_every_steps=TOTAL_TRAIN_STEPS, checkpoint_every_steps=5, export_every_steps=1,
+            hard_update_ref_every_steps=5,
+        ),
+    )

@@ -1,0 +1,50 @@
+"""Named answer protocols: how a turn asks for its answer and how the answer is found.
+
+A protocol is a set of ``debate`` config fields (instruction wording, an optional worked example,
+the extraction mode); it never changes what the agents or rounds are. ``boxed`` is the seeds'
+protocol (the :class:`DebateConfig` defaults). ``answer_line`` suits small models on short numeric
+tasks: one worked example ``3 + 4 = 7`` / ``Answer: 7`` and an explicit final-answer line, numbers
+extracted leniently. SmolLM2-135M-Instruct (Q4_1 GGUF) answers 4% of one-digit sums correctly with
+``boxed`` and 92% with ``answer_line`` (greedy, 24 items; README "Base accuracy").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from jaxdebate.debate.config import DebateConfig
+from jaxdebate.errors import ConfigError
+
+ANSWER_LINE_INSTRUCTION = "Give the result on the last line as: Answer: <number>"
+
+PROTOCOLS: dict[str, dict[str, Any]] = {
+    "boxed": {},
+    "answer_line": {
+        "instruction": ANSWER_LINE_INSTRUCTION,
+        "debate_intro": "Other agents answered the same problem:",
+        "debate_instruction": (
+            "Check their answers and yours, then give your own result. " + ANSWER_LINE_INSTRUCTION
+        ),
+        "example_problem": "Compute $3 + 4$.",
+        "example_solution": "3 + 4 = 7\nAnswer: 7",
+        "extraction": "number",
+    },
+}
+
+
+def protocol_fields(name: str) -> dict[str, Any]:
+    """The ``debate`` fields that protocol ``name`` sets."""
+    if name not in PROTOCOLS:
+        raise ConfigError(f"unknown answer protocol {name!r}; known: {', '.join(PROTOCOLS)}")
+    return dict(PROTOCOLS[name])
+
+
+def with_protocol(config: DebateConfig, name: str) -> DebateConfig:
+    """``config`` with the answer protocol ``name`` (its other fields unchanged)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(DebateConfig) if f.name in _PROTOCOL_FIELDS}
+    return dataclasses.replace(config, **(defaults | protocol_fields(name)))
+
+
+_PROTOCOL_FIELDS = ("system_prompt", "instruction", "debate_intro", "debate_instruction",
+                    "example_problem", "example_solution", "extraction")

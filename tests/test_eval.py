@@ -1,0 +1,78 @@
+"""`python -m jaxdebate.eval`: per-item JSONL, the JSON summary line with a Wilson interval, levels,
+debates, clear errors; on SmolLM2, the answer protocol that gives the 135M model reward."""
+
+import json
+
+import pytest
+
+from jaxdebate.eval import main
+from jaxdebate.stats import wilson_interval
+
+
+def _summary(capsys):
+    out = capsys.readouterr().out.strip().splitlines()
+    return json.loads(out[-1])
+
+
+def test_eval_writes_rows_and_a_summary(tmp_path, capsys):
+    out = tmp_path / "eval.jsonl"
+    code = main(["--model", "tiny", "--data", "arithmetic:level=1..2,n=20", "--n", "6", "--offset", "2",
+                 "--out", str(out), "--max-tokens", "8", "--batch-size", "4", "--no-progress"])
+    assert code == 0
+    summary = _summary(capsys)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == summary["n"] == 6
+    for row in rows:
+        assert {"id", "gold", "answer", "correct", "completion"} <= set(row)
+        assert row["level"] in (1, 2) and row["completion_tokens"] <= 8
+    k = sum(r["correct"] for r in rows)
+    assert summary["accuracy"] == k / 6 and summary["ci95"] == list(wilson_interval(k, 6))
+    assert summary["no_answer_fraction"] == sum(r["answer"] is None for r in rows) / 6
+    assert set(summary["by_level"]) <= {"1", "2"} and sum(v["n"] for v in summary["by_level"].values()) == 6
+    assert json.loads(out.with_suffix(".summary.json").read_text())["n"] == 6
+
+
+def test_eval_debates_and_samples(capsys):
+    code = main(["--model", "tiny", "--data", "arithmetic:n=3", "--agents", "3", "--rounds", "2",
+                 "--temperature", "1.0", "--samples", "2", "--max-tokens", "6", "--max-sequence-length", "320",
+                 "--no-progress"])
+    assert code == 0
+    summary = _summary(capsys)
+    assert summary["n"] == 6 and summary["agents"] == 3 and summary["rounds"] == 2
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "no/such/dir/x", "--data", "arithmetic"], "model source"),
+        (["--model", "tiny", "--data", "arithmetic", "--step", "3"], "--step needs a training workdir"),
+        (["--model", "tiny", "--data", "nosuch"], "unknown dataset 'nosuch'"),
+        (["--model", "tiny", "--data", "arithmetic", "--samples", "4"], "--samples > 1 with greedy"),
+        (["--model", "tiny", "--data", "arithmetic", "--n", "0"], "--n must be >= 1"),
+        (["--model", "tiny", "--data", "arithmetic", "--protocol", "nope"], "unknown answer protocol"),
+        (["--model", "tiny", "--data", "arithmetic:n=4", "--offset", "9"], "no items from --offset 9"),
+    ],
+)
+def test_eval_errors_are_messages(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_eval_of_a_workdir_without_checkpoints(tmp_path, capsys):
+    (tmp_path / "metrics.jsonl").write_text("")
+    assert main(["--model", str(tmp_path), "--data", "arithmetic"]) == 2
+    assert "without checkpoints" in capsys.readouterr().err
+
+
+@pytest.mark.smollm2
+@pytest.mark.slow
+def test_answer_line_protocol_gives_smollm2_reward(capsys):
+    """Issue 11's diagnosis, kept true: on one-digit sums the seeds' boxed protocol earns SmolLM2 almost
+    nothing, while the answer_line protocol (worked example, Answer: line, number extraction) earns
+    most items."""
+    accuracy = {}
+    for protocol in ("boxed", "answer_line"):
+        assert main(["--model", "smollm2", "--data", "arithmetic:level=1,n=16,seed=7", "--protocol", protocol,
+                     "--max-tokens", "48", "--no-progress"]) == 0
+        accuracy[protocol] = _summary(capsys)["accuracy"]
+    assert accuracy["boxed"] <= 0.25 and accuracy["answer_line"] >= 0.6, accuracy
