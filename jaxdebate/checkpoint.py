@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,13 @@ _LEAF_KEY = "__leaf__"
 
 class CheckpointError(JaxDebateError):
     """A checkpoint directory that is missing, empty or unreadable."""
+
+
+def _reason(error: BaseException) -> str:
+    """A one-line, bounded description of an orbax/tensorstore error (theirs span many lines)."""
+    lines = str(error).strip().splitlines()
+    text = lines[0] if lines else ""
+    return f"{type(error).__name__}: {text[:300]}{'...' if len(text) > 300 or len(lines) > 1 else ''}"
 
 
 def _ocp():
@@ -97,11 +105,37 @@ class Checkpointer:
             raise CheckpointError(f"no checkpoint for step {step} in {self.directory} (have {steps})")
         return int(step)
 
+    def step_dir(self, step: int) -> Path:
+        """The directory of one checkpointed step (named in every read error)."""
+        return self.directory / str(int(step))
+
+    def reload(self) -> None:
+        """Re-read the list of steps from disk (after a step directory was moved away)."""
+        self._manager.reload()
+
+    def move_aside(self, step: int, destination: Path) -> Path:
+        """Move a (damaged) step's directory into ``destination`` instead of deleting it; the new path."""
+        destination.mkdir(parents=True, exist_ok=True)
+        target = destination / str(int(step))
+        n = 1
+        while target.exists():
+            n += 1
+            target = destination / f"{int(step)}.{n}"
+        shutil.move(str(self.step_dir(step)), str(target))
+        self.reload()
+        return target
+
     def metadata(self, step: int | None = None) -> dict[str, Any]:
         ocp = _ocp()
         step = self._resolve_step(step)
-        out = self._manager.restore(step, args=ocp.args.Composite(**{_METADATA: ocp.args.JsonRestore()}))
-        return dict(out[_METADATA])
+        try:
+            out = self._manager.restore(step, args=ocp.args.Composite(**{_METADATA: ocp.args.JsonRestore()}))
+            meta = out[_METADATA]
+        except Exception as e:  # noqa: BLE001 - orbax raises anything from KeyError to bare Exception
+            raise CheckpointError(f"checkpoint {self.step_dir(step)} is unreadable (metadata): {_reason(e)}") from e
+        if not isinstance(meta, Mapping):
+            raise CheckpointError(f"checkpoint {self.step_dir(step)} is unreadable (metadata): not a JSON object")
+        return dict(meta)
 
     def restore(self, step: int | None = None, target: Mapping[str, Any] | None = None,
                 items: Iterable[str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -134,9 +168,9 @@ class Checkpointer:
                 args[name] = ocp.args.StandardRestore()
         try:
             out = self._manager.restore(step, args=ocp.args.Composite(**args))
-        except (ValueError, KeyError, TypeError) as e:
+        except Exception as e:  # noqa: BLE001 - damaged files, or a target that does not match
             raise CheckpointError(
-                f"cannot restore step {step} from {self.directory} into the given target: {e}"
+                f"checkpoint {self.step_dir(step)} is unreadable (items {wanted}): {_reason(e)}"
             ) from e
         state = {}
         for name in wanted:

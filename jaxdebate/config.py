@@ -19,6 +19,7 @@ import dataclasses
 import importlib
 import importlib.util
 import json
+import math
 import sys
 import types
 import typing
@@ -87,6 +88,8 @@ def check_value(path: str, value: Any, tp: Any) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{path} must be a number, got {value!r}")
+        if not math.isfinite(value):  # inf/nan (also 1e400) poison training and are not JSON
+            raise ConfigError(f"{path} must be a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -301,13 +304,28 @@ def load_config_module(path: str | Path) -> types.ModuleType:
         raise ConfigError(f"cannot import config file {file}: {type(e).__name__}: {e}") from e
 
 
-def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Any:
-    """``get_config()`` of the Python file at ``path``, with ``overrides`` applied and re-validated."""
+def load_config(path: str | Path, overrides: Iterable[str] = (), *, expected: type | None = None) -> Any:
+    """``get_config()`` of the Python file at ``path``, with ``overrides`` applied and re-validated.
+
+    A ``get_config()`` that raises, or returns something other than a config dataclass (an instance
+    of ``expected`` when given), is a ConfigError naming the file, not a traceback.
+    """
     module = load_config_module(path)
     get = getattr(module, "get_config", None)
     if not callable(get):
         raise ConfigError(f"config file {path} has no get_config() function")
-    return apply_overrides(get(), overrides)
+    try:
+        config = get()
+    except ConfigError as e:
+        raise ConfigError(f"get_config() of {path}: {e}") from e
+    except Exception as e:  # noqa: BLE001 - a broken config file: one clear message
+        raise ConfigError(f"get_config() of {path} raised {type(e).__name__}: {e}") from e
+    wanted = expected.__name__ if expected is not None else "a config dataclass"
+    if (expected is not None and not isinstance(config, expected)) or not (
+        dataclasses.is_dataclass(config) and not isinstance(config, type)
+    ):
+        raise ConfigError(f"get_config() of {path} must return {wanted}, got {type(config).__name__}")
+    return apply_overrides(config, overrides)
 
 
 def diff(a: Any, b: Any) -> list[tuple[str, Any, Any]]:
@@ -331,9 +349,26 @@ def diff(a: Any, b: Any) -> list[tuple[str, Any, Any]]:
 _MISSING = "<missing>"
 
 
+def non_finite_path(tree: Any, path: str = "") -> str | None:
+    """The dotted path of the first inf/nan float in a plain tree (from :func:`to_dict`), or None."""
+    if isinstance(tree, float) and not math.isfinite(tree):
+        return path
+    items = tree.items() if isinstance(tree, Mapping) else enumerate(tree) if isinstance(tree, list) else ()
+    for key, value in items:
+        found = non_finite_path(value, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}".lstrip("."))
+        if found is not None:
+            return found
+    return None
+
+
 def format_config(config: Any) -> str:
-    """The config as indented JSON (for --print-config and logs)."""
-    return json.dumps(to_dict(config), indent=2, sort_keys=False, default=str)
+    """The config as indented, standard JSON (for --print-config and logs); a non-finite float
+    (in a free-form mapping no annotation checks) is a ConfigError naming it, never ``Infinity``."""
+    tree = to_dict(config)
+    bad = non_finite_path(tree)
+    if bad is not None:
+        raise ConfigError(f"{bad} must be a finite number (JSON has no inf/nan)")
+    return json.dumps(tree, indent=2, sort_keys=False, default=str, allow_nan=False)
 
 
 # ---------------------------------------------------------------------------------------------------

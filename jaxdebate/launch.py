@@ -11,6 +11,7 @@ Exit status: 0 finished, 130 interrupted (checkpointed), 2 invalid config, 1 oth
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -41,20 +42,40 @@ def default_workdir(config_path: str) -> Path:
     return Path("runs") / Path(config_path).stem
 
 
+def check_workdir(workdir: Path) -> None:
+    """ConfigError naming the path unless ``workdir`` is (or can be created as) a writable directory;
+    checked before any model load and without creating anything, so ``--dry-run`` checks it too."""
+    if workdir.exists() and not workdir.is_dir():
+        raise ConfigError(f"--workdir {workdir} is an existing file, not a directory")
+    if workdir.is_symlink() and not workdir.exists():
+        raise ConfigError(f"--workdir {workdir} is a dangling symbolic link")
+    existing = workdir
+    while not existing.exists():  # the nearest ancestor that exists must be a writable directory
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if existing != workdir and not existing.is_dir():
+        raise ConfigError(f"--workdir {workdir} cannot be created: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "is not writable" if existing == workdir else f"cannot be created: {existing} is not writable"
+        raise ConfigError(f"--workdir {workdir} {what}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from jaxdebate.config import format_config, load_config
+    from jaxdebate.config import Config, format_config, load_config
 
     overrides = [*args.overrides, *args.overrides_positional]
+    workdir = Path(args.workdir) if args.workdir else default_workdir(args.config)
     try:
-        config = load_config(args.config, overrides)
+        config = load_config(args.config, overrides, expected=Config)
+        if args.print_config:
+            print(format_config(config))
+            return EXIT_OK
+        check_workdir(workdir)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    if args.print_config:
-        print(format_config(config))
-        return EXIT_OK
-    workdir = Path(args.workdir) if args.workdir else default_workdir(args.config)
     try:
         from jaxdebate.sampling.factory import resolve_backend
 

@@ -121,6 +121,29 @@ def test_empty_missing_and_unreadable_sources(tmp_path):
         load_items("mathh500")
 
 
+def test_a_non_utf8_byte_is_reported_on_its_own_line(tmp_path):
+    """Issue 14 item 6: the decoder reads ahead, so the error used to name line 1 for line 3's byte."""
+    good = json.dumps(MATH_ROWS[0]).encode()
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(good + b"\n" + good + b"\n" + b'{"problem": "caf\xe9", "answer": "1"}\n' + good + b"\n")
+    with pytest.raises(DataError, match=r"latin1\.jsonl:3: not UTF-8 text \(byte 0xe9 at column 17\)$"):
+        read_jsonl(path)
+    path.write_bytes(good + b"\r\n\r\n" + good + b"\r\n\xff\n")  # CRLF and a blank line counted alike
+    with pytest.raises(DataError, match=r"latin1\.jsonl:4: not UTF-8 text \(byte 0xff at column 1\)$"):
+        read_jsonl(path)
+    path.write_bytes("{\"problem\": \"café ½\", \"answer\": \"1\"}\n".encode())
+    assert read_jsonl(path)[0].problem == "café ½"  # real UTF-8 still reads
+
+
+def test_json_nested_too_deeply_is_a_data_error_with_file_and_line(tmp_path):
+    """Issue 14 item 5: a line nested 100k brackets deep raised a raw RecursionError."""
+    path = tmp_path / "deep.jsonl"
+    for deep in ("[" * 100_000 + "]" * 100_000, '{"a": ' * 100_000 + "1" + "}" * 100_000):
+        path.write_text(json.dumps(MATH_ROWS[0]) + "\n" + deep + "\n", encoding="utf-8")
+        with pytest.raises(DataError, match=r"deep\.jsonl:2: JSON nested too deeply to read$"):
+            read_jsonl(path)
+
+
 def test_item_validation():
     with pytest.raises(DataError, match="empty answer"):
         Item("x", "problem", " ")

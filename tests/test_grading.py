@@ -4,6 +4,7 @@ worker kill/respawn, thread safety and the answer-class canonicaliser."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -94,6 +95,31 @@ def test_extract_answer_number_mode_is_linear():
         extract_answer("7", "fuzzy")
 
 
+ONE_MB = 1_000_000
+SCAN_ADVERSARIAL = {  # issue 14 item 2: each was quadratic (55 kB of the first took 43 s)
+    "unterminated boxes": "\\boxed{" * (ONE_MB // 7),
+    "unterminated fboxes": "\\fbox {" * (ONE_MB // 7),
+    "nested boxes": "\\boxed{" * (ONE_MB // 8) + "}" * (ONE_MB // 8),
+    "bare tokens": "\\boxed x" * (ONE_MB // 8),
+    "boxes and escapes": "\\boxed{1} \\{ \\boxed{\\\\" * (ONE_MB // 22),
+}
+
+
+@pytest.mark.parametrize("mode", ["marked", "number"])
+@pytest.mark.parametrize("name", list(SCAN_ADVERSARIAL))
+def test_extract_answer_scans_a_megabyte_in_linear_time(name, mode):
+    text = SCAN_ADVERSARIAL[name]
+    assert len(text) >= 0.99 * ONE_MB
+    best = float("inf")
+    for _ in range(2):  # the better of two runs: the machine may be shared
+        start = time.perf_counter()
+        got = extract_answer(text, mode)
+        best = min(best, time.perf_counter() - start)
+    assert best < 0.5, f"{name} ({mode}) took {best:.2f}s"
+    expected = {"bare tokens": "x", "boxes and escapes": "1"}.get(name)
+    assert got == (None if mode == "number" and expected == "x" else expected)
+
+
 # (gold, completion, expected): at least 40 cases, true and false.
 EQUIVALENCE_TABLE = [
     ("\\frac{1}{2}", "\\boxed{0.5}", True),
@@ -180,6 +206,27 @@ def test_module_level_is_correct():
     assert not is_correct("so \\boxed{3}", "0.5")
 
 
+@pytest.mark.parametrize(
+    "completion, gold, argument",
+    [("\\boxed{2}", None, "gold"), (2, "2", "completion"), (b"\\boxed{2}", "2", "completion"),
+     ("\\boxed{2}", 2, "gold")],
+)
+def test_is_correct_refuses_non_strings_naming_the_argument(grader, completion, gold, argument):
+    """Issue 14 item 8: a bare TypeError from deep inside (None gold) or an AttributeError (int)."""
+    for check in (lambda: is_correct(completion, gold, grader=grader), lambda: grader.is_correct(completion, gold)):
+        bad = completion if argument == "completion" else gold
+        with pytest.raises(TypeError, match=f"^{argument} must be a str, got {type(bad).__name__}"):
+            check()
+    name = "completions[1]" if argument == "completion" else "golds[1]"
+    with pytest.raises(TypeError, match=rf"^{re.escape(name)} must be a str"):
+        grader.is_correct_many(["\\boxed{1}", completion], ["1", gold])
+    with pytest.raises(TypeError, match=r"^gold\[0\] must be a str"):
+        grader.equivalent_many([(None, "2")])
+    with pytest.raises(TypeError, match=r"^answer\[0\] must be a str or None"):
+        grader.equivalent_many([("2", 2)])
+    assert grader.is_correct("\\boxed{2}", "2")  # the grader still works
+
+
 ADVERSARIAL = {
     "power tower": "10^{10^{10^{10}}}",
     "nested power tower": "9^{9^{9^{9}}}",
@@ -259,6 +306,47 @@ def test_the_worker_does_not_outlive_its_parent():
         time.sleep(0.1)
     os.kill(pid, signal.SIGKILL)
     pytest.fail(f"grading worker {pid} outlived its parent")
+
+
+def _wait_until_dead(pid: int, timeout_s: float = 10.0) -> None:
+    """Wait until process ``pid`` has exited (a zombie not yet reaped by its parent counts)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"process {pid} did not exit")
+
+
+def test_workers_outlive_the_short_lived_threads_that_start_them():
+    """Issue 14 item 4: PR_SET_PDEATHSIG fires when the forking *thread* exits, so workers started
+    from a short-lived thread (or from a two-worker batch's own threads) died after every batch."""
+    with Grader(timeout_s=ROOMY_S, workers=2, fast_path=False) as g:
+
+        def batch(k: int) -> list[bool]:
+            out: list[list[bool]] = []
+            pairs = [(f"\\frac{{{i}}}{{{k + 2}}}", f"{i}/{k + 2}") for i in range(1, 9)]  # 8: both workers
+            thread = threading.Thread(target=lambda: out.append(g.equivalent_many(pairs)))
+            thread.start()
+            thread.join(timeout=120)
+            return out[0]
+
+        assert batch(0) == [True] * 8
+        pids = g.worker_pids
+        assert None not in pids and len(set(pids)) == 2
+        time.sleep(1.0)  # the starting threads have exited; a parent-death signal would have landed
+        assert batch(1) == [True] * 8
+        assert g.worker_pids == pids and g.stats["worker_restarts"] == 0
+
+        os.kill(pids[1], signal.SIGKILL)  # a worker that dies between batches is a counted restart
+        _wait_until_dead(pids[1])  # as if it had died long before the next batch
+        assert batch(2) == [True] * 8
+        assert g.worker_pids[0] == pids[0] and g.worker_pids[1] not in pids
+        assert g.stats["worker_restarts"] == 1
 
 
 def test_checks_from_many_threads(grader):

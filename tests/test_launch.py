@@ -2,6 +2,7 @@
 and --dry-run; `python -m jaxdebate.launch` as a real process."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -74,3 +75,132 @@ def test_vllm_backend_without_a_server_falls_back_or_fails_before_compute(tmp_pa
     err = capsys.readouterr().err
     assert "sampler.fallback" in err and "install_vllm.sh" in err
     assert not workdir.exists()
+
+
+# -- issue 14 item 5: unusable inputs are one line and exit 2 (config) or 1 (data), before any model load
+
+
+def test_a_workdir_that_is_a_file_is_a_config_error(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    for args in (["--dry-run", "--workdir", str(afile / "sub")], ["--dry-run", "--workdir", str(afile)],
+                 ["--workdir", str(afile)], ["--workdir", str(afile / "sub" / "deeper")]):
+        assert main(["--config", "configs/smoke.py", *args]) == EXIT_CONFIG, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(afile) in err and "not a directory" in err, err
+    assert afile.read_text() == "not a directory"
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    assert main(["--config", "configs/smoke.py", "--dry-run", "--workdir", str(link)]) == EXIT_CONFIG
+    assert capsys.readouterr().err == f"config error: --workdir {link} is a dangling symbolic link\n"
+
+
+def _main_unprivileged(args: list[str]) -> tuple[int, str]:
+    """(exit status, stderr) of ``main(args)``; run as nobody in a forked child when we are root,
+    since root may write into any directory (the venv's interpreter is not reachable by nobody)."""
+    import contextlib
+    import io
+    import os
+
+    if os.geteuid() != 0:
+        buf = io.StringIO()
+        with contextlib.redirect_stderr(buf):
+            return main(args), buf.getvalue()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop root, run the real CLI entry point, report, exit
+        code = 99
+        try:
+            os.close(read_end)
+            os.setgid(65534)
+            os.setuid(65534)
+            buf = io.StringIO()
+            with contextlib.redirect_stderr(buf):
+                code = main(args)
+            os.write(write_end, buf.getvalue().encode())
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        err = f.read().decode()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), err
+
+
+def test_a_read_only_workdir_fails_before_any_model_load():
+    """A real read-only directory: the launcher refuses it before loading anything."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="jaxdebate-ro-", dir="/tmp"))  # traversable by nobody
+    try:
+        base.chmod(0o755)
+        readonly = base / "ro"
+        readonly.mkdir()
+        readonly.chmod(0o555)
+        for workdir in (readonly, readonly / "run"):
+            for extra in (["--dry-run"], []):
+                code, err = _main_unprivileged(["--config", "configs/smoke.py", "--workdir", str(workdir), *extra])
+                assert code == EXIT_CONFIG, err
+                assert err == f"config error: --workdir {workdir} " + (
+                    "is not writable\n" if workdir == readonly else f"cannot be created: {readonly} is not writable\n")
+        assert list(readonly.iterdir()) == []
+    finally:
+        shutil.rmtree(base)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("def get_config():\n    raise RuntimeError('no such cluster')\n",
+     r"get_config\(\) of .*bad\.py raised RuntimeError: no such cluster$"),
+    ("def get_config():\n    return {'loss': {'beta': 0.1}}\n",
+     r"get_config\(\) of .*bad\.py must return Config, got dict$"),
+    ("def get_config():\n    return None\n", r"get_config\(\) of .*bad\.py must return Config, got NoneType$"),
+])
+def test_a_broken_get_config_is_a_config_error(tmp_path, capsys, body, message):
+    (tmp_path / "bad.py").write_text(body)
+    for extra in ([], ["--print-config"], ["--dry-run"]):
+        assert main(["--config", str(tmp_path / "bad.py"), "--workdir", str(tmp_path / "run"), *extra]) == EXIT_CONFIG
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and re.search(message, err), err
+    assert not (tmp_path / "run").exists()
+
+
+def test_deeply_nested_jsonl_is_a_data_error_naming_file_and_line(tmp_path, capsys):
+    data = tmp_path / "deep.jsonl"
+    data.write_text(json.dumps({"problem": "1+1", "answer": "2"}) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    assert main(["--config", "configs/smoke.py", "--dry-run", "--set", f"data.train={data}"]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err == f"error: {data}:2: JSON nested too deeply to read\n"
+
+
+# -- issue 14 item 7: non-finite floats are refused, and --print-config prints standard JSON only
+
+
+@pytest.mark.parametrize("override, field", [
+    ("optimizer.peak_lr=Infinity", "optimizer.peak_lr"), ("optimizer.peak_lr=1e400", "optimizer.peak_lr"),
+    ("loss.beta=Infinity", "loss.beta"), ("loss.beta=NaN", "loss.beta"),
+    ("optimizer.grad_clip=1e999", "optimizer.grad_clip"),
+    ("sampler.vllm.request_timeout_s=Infinity", "sampler.vllm.request_timeout_s"),
+    ("shaping.params.alpha=Infinity", "shaping.params.alpha"),
+])
+def test_non_finite_floats_are_refused_naming_the_field(capsys, override, field):
+    config = "configs/reward_mixing.py" if override.startswith("shaping") else "configs/coma.py"
+    assert main(["--config", config, "--print-config", "--set", override]) == EXIT_CONFIG
+    captured = capsys.readouterr()
+    assert captured.out == "" and field in captured.err and "Traceback" not in captured.err, captured.err
+    assert ("must be in [0, 1]" if field.startswith("shaping") else "must be a finite number") in captured.err
+
+
+def test_format_config_never_writes_non_standard_json():
+    import dataclasses
+
+    from jaxdebate.config import format_config
+    from jaxdebate.errors import ConfigError
+
+    @dataclasses.dataclass(frozen=True)
+    class Free:  # a free-form mapping that no annotation checks
+        extra: dict
+
+    with pytest.raises(ConfigError, match=r"^extra\.a\[1\] must be a finite number"):
+        format_config(Free({"a": [1.0, float("inf")]}))
+    assert json.loads(format_config(Free({"a": [1.0, 2]}))) == {"extra": {"a": [1.0, 2]}}

@@ -119,3 +119,14 @@ def test_shape_rewards_names_the_bad_tensor():
         shape_rewards("identity", {}, c, v, np.zeros(3, np.int32), a)
     with pytest.raises(ValueError, match=r"`votes` must hold integer class ids, got dtype float32"):
         shape_rewards("identity", {}, c, v.astype(np.float32), g, a)
+
+
+def test_a_float_param_without_a_validator_must_be_finite():
+    """Issue 14 item 7: a strategy's unvalidated float param accepted inf/nan."""
+    from jaxdebate.shaping.registry import Param
+
+    param = Param("scale", float)
+    assert param.check(2, "custom") == 2.0
+    for bad in (math.inf, -math.inf, math.nan, 1e400):
+        with pytest.raises(ConfigError, match=r"^shaping\.params\.scale: must be a finite number \(strategy custom\)"):
+            param.check(bad, "custom")

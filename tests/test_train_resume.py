@@ -111,3 +111,34 @@ def test_sigterm_then_sigkill_then_resume_is_exact(tmp_path):
     for r1, r2 in zip(m1, m2):
         assert _deterministic(r1) == _deterministic(r2), f"step {r1['step']} differs"
     assert m1[-1]["learner/grad_norm"] > 0
+
+
+@pytest.mark.slow
+def test_resume_skips_a_damaged_newest_checkpoint_and_keeps_it(tmp_path):
+    """Issue 14 item 1: a truncated data file in the newest step (a preempted job, a bad disk) made the
+    relaunch exit 1 with raw orbax tracebacks; it now resumes from the newest readable step."""
+    workdir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "jaxdebate.launch", "--config", "configs/smoke.py", "--workdir", str(workdir),
+           "--set", "training.total_train_steps=2", "training.checkpoint_every_steps=1", "training.train_batch_size=1",
+           "sampler.max_new_tokens=8", "training.validation_every_steps=0", "logging.progress_bar=false",
+           "logging.tensorboard=false", "optimizer.warmup_steps=0"]
+    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert _ckpt_steps(workdir) == [1, 2]
+    damaged = workdir / "checkpoints" / "2"
+    data = max((p for p in (damaged / "params").rglob("*") if p.is_file() and p.parent.name == "d"),
+               key=lambda p: p.stat().st_size)
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    truncated = data.read_bytes()
+
+    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "Traceback" not in second.stderr
+    skipped = [line for line in second.stderr.splitlines() if "unreadable" in line]
+    moved = workdir / "unreadable_checkpoints" / "2"
+    assert len(skipped) == 1 and str(damaged) in skipped[0] and str(moved) in skipped[0], second.stderr[-3000:]
+    assert skipped[0].endswith("resuming from step 1")
+    assert (moved / data.relative_to(damaged)).read_bytes() == truncated  # kept as it was, not deleted
+    assert "finished at step 2" in second.stderr and _ckpt_steps(workdir) == [1, 2]
+    params, _ = restore(workdir)  # step 2 was trained again and saved intact
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(params))

@@ -149,3 +149,15 @@ def test_sync_dirs_left_by_dead_processes_are_removed(tmp_path):
     fresh = _new_sync_dir(VLLMConfig(sync_dir=str(tmp_path)), tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [fresh.name, f"jaxdebate-vllm-{os.getpid()}-live"])
+
+
+def test_sync_dirs_are_private_to_the_user(tmp_path):
+    """Issue 14 item 9 (part): the directory of weights the server reloads was created with the umask."""
+    from jaxdebate.sampling.vllm_sampler import _new_sync_dir
+
+    old = os.umask(0o002)  # a permissive umask, as on shared machines
+    try:
+        fresh = _new_sync_dir(VLLMConfig(sync_dir=str(tmp_path / "root")), tmp_path)
+    finally:
+        os.umask(old)
+    assert fresh.is_dir() and fresh.stat().st_mode & 0o777 == 0o700

@@ -109,10 +109,33 @@ def check_format(fmt: str | None) -> str | None:
     return fmt
 
 
-def _records(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed JSON) for every non-blank line; DataError names file and line."""
+def _undecodable(line: str) -> str | None:
+    """Why a line read with ``surrogateescape`` is not UTF-8 (its first bad byte), or None."""
     try:
-        f = open(path, encoding="utf-8")
+        line.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"byte 0x{ord(line[e.start]) - 0xDC00:02x} at column {e.start + 1}"
+    return None
+
+
+def _parse_line(line: str, where: str) -> Any:
+    """One JSON line; DataError naming ``where`` (file:line) when malformed or nested too deeply."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where}: malformed JSON line ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise DataError(f"{where}: JSON nested too deeply to read") from None
+
+
+def _records(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) for every non-blank line; DataError names file and line.
+
+    Bytes are decoded per line (``surrogateescape``) so that a non-UTF-8 byte is reported on its
+    own line, not on the line where the decoder's read-ahead buffer happened to start.
+    """
+    try:
+        f = open(path, encoding="utf-8", errors="surrogateescape")
     except FileNotFoundError as e:
         raise DataError(f"dataset file not found: {path}") from e
     except IsADirectoryError as e:
@@ -120,17 +143,14 @@ def _records(path: Path) -> Iterator[tuple[int, Any]]:
     except OSError as e:
         raise DataError(f"cannot read dataset file {path}: {e.strerror or e}") from e
     with f:
-        lineno = 0
         try:
             for lineno, line in enumerate(f, start=1):
+                bad = _undecodable(line)
+                if bad is not None:
+                    raise DataError(f"{path}:{lineno}: not UTF-8 text ({bad})")
                 if not line.strip():
                     continue
-                try:
-                    yield lineno, json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{path}:{lineno}: malformed JSON line ({e.msg} at column {e.colno})") from None
-        except UnicodeDecodeError as e:
-            raise DataError(f"{path}:{lineno + 1}: not UTF-8 text ({e.reason})") from None
+                yield lineno, _parse_line(line, f"{path}:{lineno}")
         except OSError as e:
             raise DataError(f"cannot read dataset file {path}: {e.strerror or e}") from e
 

@@ -1,16 +1,17 @@
 """Equivalence worker: runs math-verify on untrusted answers in its own process.
 
-Started by :class:`jaxdebate.debate.grading.Grader` as ``python -P this_file MEMORY_MB SOFT_S``; it
-imports nothing from jaxdebate. Protocol (JSON lines): it prints ``{"ready": true}`` once, then for
-every request line ``{"checks": [[gold, answer], ...]}`` prints one line per check, in order:
-``{"i": k, "r": true | false | "timeout" | "error"}``. A check that outlives SOFT_S is interrupted
-with a timer signal; work the signal cannot reach (long C-level integer arithmetic) is the parent's to
-stop, by killing this process.
+Started by :class:`jaxdebate.debate.grading.Grader` as ``python -P this_file MEMORY_MB SOFT_S
+[PARENT_PID]``; it imports nothing from jaxdebate. Protocol (JSON lines): it prints
+``{"ready": true}`` once, then for every request line ``{"checks": [[gold, answer], ...]}`` prints
+one line per check, in order: ``{"i": k, "r": true | false | "timeout" | "error"}``. A check that
+outlives SOFT_S is interrupted with a timer signal; work the signal cannot reach (long C-level integer
+arithmetic) is the parent's to stop, by killing this process.
 """
 
 import functools
 import json
 import logging
+import os
 import resource
 import signal
 import sys
@@ -32,19 +33,25 @@ def _send(obj):
     sys.stdout.flush()
 
 
-def _die_with_parent():
-    """Linux: have the kernel kill this process when the parent goes, even mid C-level arithmetic."""
+def _die_with_parent(parent_pid):
+    """Linux: have the kernel kill this process when the parent goes, even mid C-level arithmetic.
+
+    The signal fires when the parent *thread* that forked us exits, so the parent forks workers from
+    a thread that lives as long as it does. A parent gone before the prctl call is caught by pid.
+    """
     try:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if parent_pid is not None and os.getppid() != parent_pid:
+        sys.exit(0)  # the parent died before the prctl call took effect
 
 
 def main():
     memory_mb, soft_s = int(sys.argv[1]), float(sys.argv[2])
-    _die_with_parent()
+    _die_with_parent(int(sys.argv[3]) if len(sys.argv) > 3 else None)
     if memory_mb > 0:
         limit = memory_mb * 1024 * 1024
         try:

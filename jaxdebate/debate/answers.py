@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-_BOX_COMMANDS = ("\\boxed", "\\fbox")
 _MARKER = re.compile(r"answer\s*:|####|answer is\s*:?", re.IGNORECASE)
 # a number; a minus sign counts only where it cannot be a binary minus ("19-5" holds 19 and 5)
 _NUMBER = re.compile(r"(?:(?<![\w)\]}])[-−])?\d+(?:,\d{3})*(?:\.\d+)?")
@@ -21,51 +20,51 @@ _SPACING = re.compile(r"\\[,;:! ]|\\left|\\right|\\displaystyle|\s+")
 _THOUSANDS = re.compile(r"-?\d{1,3}(,\d{3})+(\.\d+)?")
 _INTEGER = re.compile(r"-?\d+")
 _DECIMAL = re.compile(r"-?(\d+\.?\d*|\.\d+)")
+# an escaped brace or backslash (skipped, as a pair) or a brace; other escapes cannot hide a brace
+_BRACE_TOKEN = re.compile(r"\\[\\{}]|[{}]")
+_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)")
+_BARE_TOKEN = re.compile(r"[^\s$.,]*")  # the argument of "\\boxed 5": up to whitespace, $ . or ,
 
 
-def _braced(text: str, start: int) -> int | None:
-    """Index just past the ``}`` matching the ``{`` at ``start`` (escaped braces skipped), or None."""
-    depth = 0
-    i = start
-    n = len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
+def _matching_braces(text: str) -> dict[int, int]:
+    """Map each ``{`` index to the index just past its matching ``}`` (escaped braces skipped), in
+    one linear pass, so that locating many boxes never rescans the text (issue 14, item 2)."""
+    matches: dict[int, int] = {}
+    open_at: list[int] = []
+    for token in _BRACE_TOKEN.finditer(text):
+        ch = token.group()
         if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return None
+            open_at.append(token.start())
+        elif ch == "}" and open_at:  # unbalanced closers are ignored
+            matches[open_at.pop()] = token.end()
+    return matches
 
 
-def _boxed_contents(text: str) -> list[tuple[int, str]]:
-    """(position, content) of every complete boxed expression in ``text``."""
-    found = []
-    for command in _BOX_COMMANDS:
-        pos = text.find(command)
-        while pos != -1:
-            i = pos + len(command)
-            if i < len(text) and (text[i].isalpha()):  # e.g. \boxedx is another command
-                pos = text.find(command, i)
-                continue
-            while i < len(text) and text[i] == " ":
-                i += 1
-            if i < len(text) and text[i] == "{":
-                end = _braced(text, i)
-                if end is not None:
-                    found.append((pos, text[i + 1:end - 1]))
-            elif i > pos + len(command):  # "\boxed 5": the next token
-                j = i
-                while j < len(text) and not text[j].isspace() and text[j] not in "$.,":
-                    j += 1
-                if j > i:
-                    found.append((pos, text[i:j]))
-            pos = text.find(command, pos + len(command))
+def _boxed_contents(text: str) -> list[tuple[int, int, int]]:
+    """(position, content start, content end) of every complete boxed expression in ``text``.
+
+    Linear in ``len(text)``: braces are matched once for the whole text, and spans (not copies)
+    are returned, so nested or repeated unterminated boxes cost no rescans.
+    """
+    found: list[tuple[int, int, int]] = []
+    matches: dict[int, int] | None = None
+    n = len(text)
+    for command in _BOX_COMMAND.finditer(text):
+        pos, i = command.start(), command.end()
+        if i < n and text[i].isalpha():  # e.g. \boxedx is another command
+            continue
+        while i < n and text[i] == " ":
+            i += 1
+        if i < n and text[i] == "{":
+            if matches is None:
+                matches = _matching_braces(text)
+            end = matches.get(i)
+            if end is not None:
+                found.append((pos, i + 1, end - 1))
+        elif i > command.end():  # "\boxed 5": the next token
+            j = _BARE_TOKEN.match(text, i).end()
+            if j > i:
+                found.append((pos, i, j))
     return found
 
 
@@ -98,7 +97,8 @@ def extract_answer(text: str | None, mode: str = "marked") -> str | None:
         return None
     boxed = _boxed_contents(text)
     if boxed:
-        answer = max(boxed)[1].strip()
+        _, begin, stop = max(boxed)
+        answer = text[begin:stop].strip()
     else:
         last = None
         for match in _MARKER.finditer(text):

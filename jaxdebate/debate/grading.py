@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import queue
 import select
 import subprocess
 import sys
@@ -37,14 +38,60 @@ class GradingError(JaxDebateError, RuntimeError):
     """The grading worker cannot run at all (e.g. math-verify is not installed)."""
 
 
+class _Spawner:
+    """Starts worker processes from one long-lived daemon thread.
+
+    The worker's ``PR_SET_PDEATHSIG`` fires when the *thread* that forked it exits, not the process
+    (issue 14 item 4): a worker started from a short-lived caller thread (or from the batch threads of
+    ``Grader._run``) was killed when that thread ended and restarted on every batch. Forking from a
+    thread that lives as long as the process ties each worker to the process.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._pid = -1  # the process that owns the thread (a forked child needs its own)
+
+    def popen(self, args: list[str]) -> subprocess.Popen:
+        """``subprocess.Popen(args)`` with piped stdin/stdout, forked by the spawner thread."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
+                self._requests = queue.SimpleQueue()
+                self._thread = threading.Thread(target=self._serve, args=(self._requests,),
+                                                name="jaxdebate-grading-spawner", daemon=True)
+                self._thread.start()
+                self._pid = os.getpid()
+            requests = self._requests
+        done = threading.Event()
+        outcome: list = []
+        requests.put((args, outcome, done))
+        done.wait()
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
+
+    @staticmethod
+    def _serve(requests: queue.SimpleQueue) -> None:
+        while True:
+            args, outcome, done = requests.get()
+            try:
+                outcome.append(subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                stderr=subprocess.DEVNULL, close_fds=True))
+            except BaseException as e:  # noqa: BLE001 - re-raised in the requesting thread
+                outcome.append(e)
+            done.set()
+
+
+_SPAWNER = _Spawner()
+
+
 class _Worker:
     """One worker process and a line reader over its stdout with deadlines."""
 
     def __init__(self, memory_mb: int, soft_s: float, startup_timeout_s: float) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-P", str(_WORKER), str(memory_mb), repr(soft_s)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            close_fds=True,
+        self.proc = _SPAWNER.popen(
+            [sys.executable, "-P", str(_WORKER), str(memory_mb), repr(soft_s), str(os.getpid())]
         )
         self._buf = b""
         try:
@@ -90,6 +137,15 @@ class _Worker:
                 stream.close()
             except OSError:
                 pass
+
+
+def _require_str(name: str, value: object, *, optional: bool = False) -> None:
+    """Raise a TypeError naming ``name`` when ``value`` is not a str (issue 14 item 8: a bare error
+    from deep inside extraction or sympy told the caller nothing)."""
+    if isinstance(value, str) or (optional and value is None):
+        return
+    kind = "a str or None" if optional else "a str"
+    raise TypeError(f"{name} must be {kind}, got {type(value).__name__}: {value!r:.80}")
 
 
 def _kill_workers(slots: list) -> None:
@@ -170,6 +226,9 @@ class Grader:
 
     def equivalent_many(self, pairs: Sequence[tuple[str, str | None]]) -> list[bool]:
         """Equivalence of many (gold, answer) pairs, sent to the worker in one round trip."""
+        for k, (gold, answer) in enumerate(pairs):
+            _require_str(f"gold[{k}]", gold)
+            _require_str(f"answer[{k}]", answer, optional=True)
         results: list[bool | None] = [None] * len(pairs)
         pending: dict[tuple[str, str], list[int]] = {}
         with self._lock:
@@ -194,11 +253,16 @@ class Grader:
 
     def is_correct(self, completion: str, gold: str) -> bool:
         """Extract the final answer of ``completion`` and check it against ``gold``."""
+        _require_str("completion", completion)
+        _require_str("gold", gold)
         return self.equivalent(gold, extract_answer(completion))
 
     def is_correct_many(self, completions: Sequence[str], golds: Sequence[str]) -> list[bool]:
         if len(completions) != len(golds):
             raise ValueError(f"{len(completions)} completions but {len(golds)} gold answers")
+        for k, (completion, gold) in enumerate(zip(completions, golds)):
+            _require_str(f"completions[{k}]", completion)
+            _require_str(f"golds[{k}]", gold)
         return self.equivalent_many([(g, extract_answer(c)) for c, g in zip(completions, golds)])
 
     def close(self) -> None:
@@ -250,8 +314,9 @@ class Grader:
     def _worker(self, slot: int) -> _Worker:
         worker = self._slots[slot]
         if worker is None or worker.proc.poll() is not None:
-            if worker is not None:
+            if worker is not None:  # it died between batches: a restart like any other, counted
                 worker.kill()
+                self._count("worker_restarts")
             self._slots[slot] = _Worker(self.memory_mb, 0.8 * self.timeout_s, self.startup_timeout_s)
         return self._slots[slot]
 

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdebate.checkpoint import Checkpointer, checkpoint_dir
+from jaxdebate.checkpoint import CheckpointError, Checkpointer, checkpoint_dir
 from jaxdebate.config import Config, diff, to_dict
 from jaxdebate.errors import ConfigError
 from jaxdebate.metrics import MetricWriter
@@ -34,6 +34,7 @@ from jaxdebate.sampling.base import SamplingParams
 from jaxdebate.sampling.factory import make_sampler
 
 CONFIG_FILE = "config.json"
+UNREADABLE_DIR = "unreadable_checkpoints"  # damaged checkpoint steps are moved here on resume, not deleted
 # Keys that vary between otherwise identical runs (wall-clock), excluded when comparing metrics.
 NONDETERMINISTIC_PREFIXES = ("time", "time/", "throughput/")
 
@@ -101,10 +102,8 @@ class Trainer:
         self.rows_cap = rows_cap_for(cfg.samples_per_step, cfg.optimizer.n_gradient_accumulation_steps)
         self.checkpointer = Checkpointer(checkpoint_dir(self.workdir), cfg.checkpoint.n_last_ckpts_to_keep)
 
-        latest = self.checkpointer.latest_step() if cfg.checkpoint.resume else None
-        if latest is not None:
-            self._restore(params, latest)
-        else:
+        latest = self._resume(params) if cfg.checkpoint.resume else None
+        if latest is None:
             if self.mesh is not None:
                 from jaxdebate.model import shard_params
 
@@ -163,8 +162,39 @@ class Trainer:
         }
         self.checkpointer.save(step, items, metadata)
 
+    def _resume(self, params) -> int | None:
+        """Restore the newest readable checkpoint; the step restored, or None when there is none.
+
+        A damaged newer step (a job killed mid-write, a truncated file) is skipped with one line naming
+        it and moved to ``<workdir>/unreadable_checkpoints/`` (kept, never deleted; out of the way of
+        the step's re-save and of orbax's keep-last clean-up) once an older step has restored. When no
+        step restores, nothing is moved and the CheckpointError lists each step's reason.
+        """
+        steps = self.checkpointer.all_steps()
+        failed: list[tuple[int, CheckpointError]] = []
+        for step in reversed(steps):
+            try:
+                self._restore(params, step)
+            except CheckpointError as e:
+                failed.append((step, e))
+                continue
+            for bad, error in failed:
+                moved = self.checkpointer.move_aside(bad, self.workdir / UNREADABLE_DIR)
+                print(f"[jaxdebate] skipped unreadable checkpoint step {bad} ({error}); moved it to {moved}; "
+                      f"resuming from step {step}", file=sys.stderr)
+            return step
+        if failed:
+            reasons = "; ".join(str(e) for _, e in failed)
+            raise CheckpointError(f"no readable checkpoint in {self.checkpointer.directory} (nothing was moved "
+                                  f"or deleted; set checkpoint.resume=false or use another workdir): {reasons}")
+        return None
+
     def _restore(self, params, step: int) -> None:
         meta = self.checkpointer.metadata(step)
+        missing = [k for k in ("step", "data", "sampler_version", "ref_version") if k not in meta]
+        if missing:
+            raise CheckpointError(f"checkpoint {self.checkpointer.step_dir(step)} is unreadable (metadata): "
+                                  f"no {', '.join(missing)}")
         saved = to_dict(self.config)
         changed = diff(self.config, _config_from(meta.get("config", saved)))
         if changed:

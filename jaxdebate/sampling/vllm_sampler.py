@@ -462,7 +462,8 @@ def _new_sync_dir(config: VLLMConfig, workdir: str | Path) -> Path:
         if pid.isdigit() and not _pid_alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
     path = root / f"jaxdebate-vllm-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    path.mkdir(exist_ok=False)
+    path.mkdir(mode=0o700, exist_ok=False)  # the weights the server reloads: private to this user
+    path.chmod(0o700)  # whatever the umask
     return path
 
 

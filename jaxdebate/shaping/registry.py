@@ -13,6 +13,7 @@ all other params are static Python values.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -56,6 +57,8 @@ class Param:
             reason = self.validator(value)
             if reason:
                 raise ConfigError(f"{where}: {reason} (strategy {strategy}), got {value!r}")
+        if self.type is float and not math.isfinite(value):  # also for strategies without a validator
+            raise ConfigError(f"{where}: must be a finite number (strategy {strategy}), got {value!r}")
         return value
 
 
