@@ -14,6 +14,7 @@ import dataclasses
 import json
 import math
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -143,7 +144,8 @@ def aggregate(runs: Sequence[Run], key: str) -> dict[str, dict[str, np.ndarray]]
         for i, (s, v) in enumerate(per_seed):
             table[i, np.searchsorted(steps, s)] = v
         n = np.sum(~np.isnan(table), axis=0)
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # steps no seed logged: NaN, said by n == 0
             mean = np.nanmean(table, axis=0)
             std = np.where(n > 1, np.nanstd(table, axis=0), 0.0)
         out[strategy] = {"steps": steps, "mean": mean, "std": std, "n": n}

@@ -16,15 +16,16 @@ import sys
 from pathlib import Path
 
 LEVEL_ITEMS = {1: 64, 2: 100, 3: 100, 4: 100, 5: 100}  # level 1 has 64 distinct problems
-DEBATE_ITEMS = 50
+DEBATE_ITEMS = 30  # 50 for level 1 (and level 2 greedy): the first run's size; a debate costs 6 turns per item
 
 
 def cells(single_n: dict[int, int], debate_n: int):
     for level, n in single_n.items():
         yield level, "single", "greedy", n, ["--agents", "1", "--rounds", "1"]
         yield level, "single", "T=1", n, ["--agents", "1", "--rounds", "1", "--temperature", "1", "--samples", "4"]
-        yield level, "debate", "greedy", min(n, debate_n), ["--agents", "3", "--rounds", "2"]
-        yield level, "debate", "T=1", min(n, debate_n), ["--agents", "3", "--rounds", "2", "--temperature", "1",
+        m = min(n, 50 if level == 1 else debate_n)
+        yield level, "debate", "greedy", m, ["--agents", "3", "--rounds", "2"]
+        yield level, "debate", "T=1", m, ["--agents", "3", "--rounds", "2", "--temperature", "1",
                                                          "--samples", "2"]
 
 

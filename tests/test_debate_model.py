@@ -72,3 +72,5 @@ def test_shell_command_prints_transcripts(capsys):
 def test_shell_command_reports_bad_input(capsys):
     assert main(["--data", "no_such_set"]) == 2
     assert "unknown dataset 'no_such_set'" in capsys.readouterr().err
+    assert main(["--data", "arithmetic", "--protocol", "loose"]) == 2
+    assert "unknown answer protocol 'loose'" in capsys.readouterr().err

@@ -29,6 +29,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rollouts", type=int, default=1, help="debates per item (G)")
     p.add_argument("--env", default=None, help="play every item in this environment (default: remap math -> math_debate)")
     p.add_argument("--early-stop", action="store_true", help="stop a debate when all agents agree")
+    p.add_argument("--protocol", default="boxed",
+                   help="answer protocol (jaxdebate.debate.protocols: boxed, answer_line; default: boxed)")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--max-sequence-length", type=int, default=2048)
     p.add_argument("--temperature", type=float, default=0.7)
@@ -59,8 +61,11 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.n < 1 or args.offset < 0:
         raise ConfigError("--n must be >= 1 and --offset >= 0")
-    config = DebateConfig(num_agents=args.agents, num_rounds=args.rounds, early_stop_on_consensus=args.early_stop,
-                          max_sequence_length=args.max_sequence_length)
+    from jaxdebate.debate.protocols import with_protocol
+
+    config = with_protocol(DebateConfig(num_agents=args.agents, num_rounds=args.rounds,
+                                        early_stop_on_consensus=args.early_stop,
+                                        max_sequence_length=args.max_sequence_length), args.protocol)
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
     items = load_items(args.data, env=args.env)
     if args.shuffle:

@@ -16,6 +16,9 @@ from typing import Any
 from jaxdebate.debate.config import DebateConfig
 from jaxdebate.errors import ConfigError
 
+# the DebateConfig fields a protocol may set; with_protocol resets the others to their defaults
+_PROTOCOL_FIELDS = ("system_prompt", "instruction", "debate_intro", "debate_instruction",
+                    "example_problem", "example_solution", "extraction")
 ANSWER_LINE_INSTRUCTION = "Give the result on the last line as: Answer: <number>"
 
 PROTOCOLS: dict[str, dict[str, Any]] = {
@@ -45,6 +48,3 @@ def with_protocol(config: DebateConfig, name: str) -> DebateConfig:
     defaults = {f.name: f.default for f in dataclasses.fields(DebateConfig) if f.name in _PROTOCOL_FIELDS}
     return dataclasses.replace(config, **(defaults | protocol_fields(name)))
 
-
-_PROTOCOL_FIELDS = ("system_prompt", "instruction", "debate_intro", "debate_instruction",
-                    "example_problem", "example_solution", "extraction")
