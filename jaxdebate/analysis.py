@@ -405,6 +405,8 @@ def export_results(sweep_dir: str | Path, out_dir: str | Path) -> Path:
     import shutil
 
     runs = load_sweep(sweep_dir)
+    rank = {name: i for i, name in enumerate(strategies(runs))}
+    runs = sorted(runs, key=lambda r: (rank[r.strategy], r.seed if r.seed is not None else -1))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = [run_summary(r) for r in runs]

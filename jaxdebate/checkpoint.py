@@ -9,8 +9,10 @@ policy's parameters without reading the optimiser state.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import shutil
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,17 @@ def _reason(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
     text = lines[0] if lines else ""
     return f"{type(error).__name__}: {text[:300]}{'...' if len(text) > 300 or len(lines) > 1 else ''}"
+
+
+def _collect_quietly() -> None:
+    """Finalise what a failed orbax read leaves behind now, without printing: its abandoned async
+    reads otherwise print "Exception ignored ... Traceback" whenever the garbage collector meets them."""
+    previous = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: None
+    try:
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous
 
 
 def _ocp():
@@ -128,11 +141,15 @@ class Checkpointer:
     def metadata(self, step: int | None = None) -> dict[str, Any]:
         ocp = _ocp()
         step = self._resolve_step(step)
+        failure = None
         try:
             out = self._manager.restore(step, args=ocp.args.Composite(**{_METADATA: ocp.args.JsonRestore()}))
             meta = out[_METADATA]
         except Exception as e:  # noqa: BLE001 - orbax raises anything from KeyError to bare Exception
-            raise CheckpointError(f"checkpoint {self.step_dir(step)} is unreadable (metadata): {_reason(e)}") from e
+            failure = f"checkpoint {self.step_dir(step)} is unreadable (metadata): {_reason(e)}"
+        if failure is not None:
+            _collect_quietly()
+            raise CheckpointError(failure)
         if not isinstance(meta, Mapping):
             raise CheckpointError(f"checkpoint {self.step_dir(step)} is unreadable (metadata): not a JSON object")
         return dict(meta)
@@ -166,12 +183,14 @@ class Checkpointer:
                 args[name] = ocp.args.StandardRestore(jax.tree.map(_restore_target, tgt))
             else:
                 args[name] = ocp.args.StandardRestore()
+        failure = None
         try:
             out = self._manager.restore(step, args=ocp.args.Composite(**args))
         except Exception as e:  # noqa: BLE001 - damaged files, or a target that does not match
-            raise CheckpointError(
-                f"checkpoint {self.step_dir(step)} is unreadable (items {wanted}): {_reason(e)}"
-            ) from e
+            failure = f"checkpoint {self.step_dir(step)} is unreadable (items {wanted}): {_reason(e)}"
+        if failure is not None:
+            _collect_quietly()
+            raise CheckpointError(failure)
         state = {}
         for name in wanted:
             tree = out[name]

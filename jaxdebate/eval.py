@@ -121,7 +121,7 @@ def debate_config(args: argparse.Namespace, run_config: Any):
     return config
 
 
-def rows_of(batch, *, start_seed: int) -> list[dict[str, Any]]:
+def rows_of(batch, *, seed: int) -> list[dict[str, Any]]:
     """One record per (item, sample): the debate's answer and verdict, the deciding completion."""
     answers, correct = batch.debate_answers(), batch.debate_correct()
     last = batch.last_rounds()
@@ -139,7 +139,7 @@ def rows_of(batch, *, start_seed: int) -> list[dict[str, Any]]:
                 "answer": batch.classes[b][cls] if cls >= 0 else None,
                 "correct": bool(correct[b, g]), "completion": lead.text,
                 "completion_tokens": len(lead.completion_ids), "truncated": lead.truncated,
-                "seed": start_seed,
+                "seed": seed,
             }
             if "level" in item.meta:
                 row["level"] = item.meta["level"]
@@ -209,8 +209,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     env = "math" if args.agents == 1 and args.rounds == 1 else "math_debate"
     items = [it.with_env(env) for it in items]
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=max_tokens)
-    sampler_config = SamplerConfig(backend=args.sampler, fallback="error", temperature=max(args.temperature, 1e-6),
-                                   max_new_tokens=max_tokens, vllm=VLLMConfig(dtype=args.vllm_dtype))
+    # only the backend and server settings matter here: each request carries its own SamplingParams
+    sampler_config = SamplerConfig(backend=args.sampler, fallback="error", max_new_tokens=max_tokens,
+                                   vllm=VLLMConfig(dtype=args.vllm_dtype))
     workdir = (out.parent if out is not None else Path.cwd()) / ".jaxdebate-eval"
     print(f"[jaxdebate.eval] {args.model}: loaded in {time.perf_counter() - start:.1f}s; {len(items)} item(s) x "
           f"{args.samples} sample(s), {args.agents} agent(s) x {args.rounds} round(s), T={args.temperature}, "
@@ -230,7 +231,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             seed = derive_seed(args.seed, chunk_start)
             batch = run_debates(sampler, tokenizer, chunk, config=debate, n_rollouts=args.samples,
                                 sampling=sampling, grader=grader, seed=seed)
-            new = rows_of(batch, start_seed=seed)
+            new = rows_of(batch, seed=seed)
             rows.extend(new)
             if sink is not None:
                 for row in new:

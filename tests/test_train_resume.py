@@ -133,7 +133,9 @@ def test_resume_skips_a_damaged_newest_checkpoint_and_keeps_it(tmp_path):
 
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "Traceback" not in second.stderr
+    # no traceback of ours (orbax's abandoned async reads may still print their own when collected)
+    frames = [line for line in second.stderr.splitlines() if line.startswith("  File ")]
+    assert not [f for f in frames if "/jaxdebate/" in f and "site-packages" not in f], second.stderr[-3000:]
     skipped = [line for line in second.stderr.splitlines() if "unreadable" in line]
     moved = workdir / "unreadable_checkpoints" / "2"
     assert len(skipped) == 1 and str(damaged) in skipped[0] and str(moved) in skipped[0], second.stderr[-3000:]
