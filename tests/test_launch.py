@@ -121,9 +121,20 @@ def _main_unprivileged(args: list[str]) -> tuple[int, str]:
         finally:
             os._exit(code)
     os.close(write_end)
-    with os.fdopen(read_end, "rb") as f:
+    import signal
+
+    deadline = time.monotonic() + 120  # a fork of a multithreaded process could hang: never wait forever
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the unprivileged child did not finish within 120 s")
+        time.sleep(0.05)
+    with os.fdopen(read_end, "rb") as f:  # its few lines fit the pipe's buffer
         err = f.read().decode()
-    _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), err
 
 
