@@ -125,13 +125,16 @@ def rows_of(batch, *, seed: int) -> list[dict[str, Any]]:
     """One record per (item, sample): the debate's answer and verdict, the deciding completion."""
     answers, correct = batch.debate_answers(), batch.debate_correct()
     last = batch.last_rounds()
-    turns = {t.index: t for t in batch.turns}
-    B, G, A, _ = batch.shape
+    by_debate: dict[tuple[int, int], list[Any]] = {}
+    for turn in sorted(batch.turns, key=lambda t: t.index):
+        by_debate.setdefault(turn.index[:2], []).append(turn)
+    B, G, A, R = batch.shape
     rows = []
     for b, item in enumerate(batch.items):
         for g in range(G):
             cls = int(answers[b, g])
-            own = [turns[(b, g, a, int(last[b, g]))] for a in range(A) if (b, g, a, int(last[b, g])) in turns]
+            played = by_debate[(b, g)]
+            own = [t for t in played if t.index[3] == last[b, g]]
             # the completion that states the debate's answer (agent 1's when none does)
             lead = next((t for t in own if cls >= 0 and batch.votes[t.index] == cls), own[0])
             row = {
@@ -143,36 +146,37 @@ def rows_of(batch, *, seed: int) -> list[dict[str, Any]]:
             }
             if "level" in item.meta:
                 row["level"] = item.meta["level"]
-            if A > 1 or batch.shape[3] > 1:
+            if A > 1 or R > 1:
                 row["turns"] = [{"agent": t.index[2], "round": t.index[3], "answer": t.answer,
-                                 "completion": t.text} for t in sorted(
-                                     (t for t in batch.turns if t.index[:2] == (b, g)), key=lambda t: t.index)]
+                                 "completion": t.text} for t in played]
             rows.append(row)
     return rows
+
+
+def _accuracy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``accuracy``, Wilson ``ci95``, ``n`` and ``correct`` of some rows."""
+    from jaxdebate.stats import wilson_interval
+
+    n, k = len(rows), sum(r["correct"] for r in rows)
+    return {"accuracy": k / n if n else float("nan"), "ci95": list(wilson_interval(k, n)), "n": n, "correct": k}
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Accuracy with its Wilson 95% interval, the no-answer fraction, mean completion length, and
     the same accuracy per arithmetic level when the items have levels."""
-    from jaxdebate.stats import wilson_interval
-
     n = len(rows)
-    k = sum(r["correct"] for r in rows)
-    low, high = wilson_interval(k, n)
-    out: dict[str, Any] = {
-        "accuracy": k / n if n else float("nan"), "ci95": [low, high], "n": n, "correct": k,
-        "no_answer_fraction": sum(r["answer"] is None for r in rows) / n if n else float("nan"),
-        "mean_completion_tokens": sum(r["completion_tokens"] for r in rows) / n if n else float("nan"),
-        "truncated_fraction": sum(r["truncated"] for r in rows) / n if n else float("nan"),
+
+    def fraction(values) -> float:
+        return sum(values) / n if n else float("nan")
+
+    out: dict[str, Any] = _accuracy(rows) | {
+        "no_answer_fraction": fraction(r["answer"] is None for r in rows),
+        "mean_completion_tokens": fraction(r["completion_tokens"] for r in rows),
+        "truncated_fraction": fraction(r["truncated"] for r in rows),
     }
     levels = sorted({r["level"] for r in rows if "level" in r})
     if levels:
-        out["by_level"] = {}
-        for level in levels:
-            sub = [r for r in rows if r.get("level") == level]
-            kk = sum(r["correct"] for r in sub)
-            out["by_level"][str(level)] = {"accuracy": kk / len(sub), "ci95": list(wilson_interval(kk, len(sub))),
-                                           "n": len(sub)}
+        out["by_level"] = {str(level): _accuracy([r for r in rows if r.get("level") == level]) for level in levels}
     return out
 
 
