@@ -4,9 +4,14 @@ Both sides take one optimiser step (AdamW) on the same batch (``--batch`` sequen
 tokens: a ``--prompt``-token prompt + completion, loss on the completion) with the same loss: clipped
 ratio x truncated importance weight vs sampler log-probs, k3 KL to a reference copy of the weights
 (beta 0.03, reference forward included), token-mean aggregation, grad-norm clip 1.0, entropy logged.
-Each variant runs in its own subprocess, one after another, so peak RSS is per variant:
+Each variant runs in its own subprocess, one after another, so peak RSS is per variant.
+``--workload debate`` is a configs/arithmetic step instead (48 turns of unequal lengths whose prompts
+repeat or extend each other): torch pads one batch to the longest sequence, ``jax-fp32`` pads each
+sample to a length bucket, ``jax-fp32-packed`` packs with shared prefixes. tokens/s counts sequence
+tokens (what the samples hold), not the padded or packed positions a side computes:
 
     .venv/bin/python bench/train_step.py                 # jax/torch x fp32/bf16, prints the ratios
+    .venv/bin/python bench/train_step.py --workload debate --variants jax-fp32 jax-fp32-packed torch-fp32
     .venv/bin/python bench/train_step.py --variants jax-fp32 torch-fp32 --steps 2
     .venv/bin/python bench/train_step.py --trainer-step  # phase shares of one real SmolLM2 trainer step
 
@@ -27,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("jax-fp32", "torch-fp32", "jax-bf16", "torch-bf16")
+VARIANTS = ("jax-fp32", "jax-fp32-packed", "torch-fp32", "jax-bf16", "torch-bf16")
 CLIP, CAP, BETA = 0.2, 2.0, 0.03
 
 
@@ -48,16 +53,39 @@ def hf_dir() -> Path:
     return out
 
 
-def make_batch(batch: int, length: int, prompt: int, seed: int = 0):
+def make_samples(args, seed: int = 0):
+    """The step's samples as ``(prompt, completion, sampler_logprobs, advantage)`` numpy tuples.
+
+    ``uniform``: ``--batch`` sequences of ``--length`` tokens, the first ``--prompt`` of them prompt.
+    ``debate``: what a step of configs/arithmetic looks like (2 prompts x 4 debates x 3 agents x 2
+    rounds = 48 turns): round-1 turns repeat their question's prompt (``--prompt`` tokens), round-2
+    prompts extend it by the other agents' answers (40-80 tokens); completions of 8-48 tokens.
+    """
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    tokens = rng.integers(10, 49000, size=(batch, length)).astype(np.int32)
-    loss_mask = np.zeros((batch, length), bool)
-    loss_mask[:, prompt:] = True
-    sampler_lp = np.where(loss_mask, rng.normal(-2.0, 0.5, (batch, length)), 0.0).astype(np.float32)
-    adv = rng.normal(size=(batch,)).astype(np.float32)
-    return tokens, loss_mask, sampler_lp, adv
+
+    def completion(n):
+        return rng.integers(10, 49000, n).astype(np.int32), rng.normal(-2.0, 0.5, n).astype(np.float32)
+
+    out = []
+    if args.workload == "uniform":
+        for _ in range(args.batch):
+            c, lp = completion(args.length - args.prompt)
+            out.append((rng.integers(10, 49000, args.prompt).astype(np.int32), c, lp, float(rng.normal())))
+        return out
+    for _ in range(2):
+        question = rng.integers(10, 49000, args.prompt).astype(np.int32)
+        for turn in range(24):
+            prompt = question if turn < 12 else np.concatenate(
+                [question, rng.integers(10, 49000, int(rng.integers(40, 81))).astype(np.int32)])
+            c, lp = completion(int(rng.integers(8, 49)))
+            out.append((prompt, c, lp, float(rng.normal())))
+    return out
+
+
+def sequence_tokens(samples) -> int:
+    return sum(len(p) + len(c) for p, c, _, _ in samples)
 
 
 # --------------------------------------------------------------------------------------------- jax
@@ -72,14 +100,12 @@ def run_jax(args) -> dict:
     from jaxdebate.rl.batching import Sample, make_microbatches
     from jaxdebate.rl.grpo import Learner
 
-    dtype = "bfloat16" if args.variant.endswith("bf16") else "float32"
+    dtype = "bfloat16" if "bf16" in args.variant else "float32"
     params, config = load(str(hf_dir()), dtype=dtype, remat=args.remat)
-    tokens, loss_mask, sampler_lp, adv = make_batch(args.batch, args.length, args.prompt)
-    samples = [Sample(tokens[i, :args.prompt], tokens[i, args.prompt:], sampler_lp[i, args.prompt:], adv[i])
-               for i in range(args.batch)]
-    mbs, _ = make_microbatches(samples, max_len=args.length, rows_cap=args.batch,
-                               max_tokens=args.batch * args.length, aggregation="token")
-    assert len(mbs) == 1 and mbs[0]["tokens"].shape == (args.batch, args.length)
+    samples = [Sample(*s) for s in make_samples(args)]
+    max_len = args.length if args.workload == "uniform" else 512
+    mbs, stats = make_microbatches(samples, max_len=max_len, rows_cap=len(samples), max_tokens=args.max_tokens,
+                                   aggregation="token", packing=args.variant.endswith("packed"))
     learner = Learner(config, LossConfig(beta=BETA, clip_eps=CLIP, importance_weight_cap=CAP),
                       OptimizerConfig(peak_lr=1e-6, end_lr=1e-6, grad_clip=1.0), 100)
     state = learner.init_state(params)
@@ -95,7 +121,8 @@ def run_jax(args) -> dict:
         jax.block_until_ready(state.params)
         times.append(time.perf_counter() - t0)
     return {"first_step_s": first, "step_s": float(np.median(times)), "loss": m["loss"],
-            "rss_after_load_gb": base, "peak_rss_gb": rss_gb()}
+            "rss_after_load_gb": base, "peak_rss_gb": rss_gb(), "computed_tokens": stats["padded_tokens"],
+            "shapes": [list(mb["tokens"].shape) + [mb["targets"].shape[1]] for mb in mbs]}
 
 
 # ------------------------------------------------------------------------------------------- torch
@@ -114,15 +141,26 @@ def run_torch(args) -> dict:
         p.requires_grad_(False)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.0)
-    tokens, loss_mask, sampler_lp, adv = (torch.from_numpy(x) for x in make_batch(args.batch, args.length, args.prompt))
-    tokens = tokens.long()
+    # one right-padded batch (what TRL does); the loss covers completion tokens only
+    samples = make_samples(args)
+    width = max(len(p) + len(c) for p, c, _, _ in samples)
+    tokens = torch.zeros((len(samples), width), dtype=torch.long)
+    attention = torch.zeros((len(samples), width), dtype=torch.long)
+    loss_mask = torch.zeros((len(samples), width), dtype=torch.bool)
+    sampler_lp = torch.zeros((len(samples), width))
+    for i, (p, c, lp, _) in enumerate(samples):
+        n = len(p) + len(c)
+        tokens[i, :n] = torch.from_numpy(np.concatenate([p, c]).astype(np.int64))
+        attention[i, :n] = 1
+        loss_mask[i, len(p):n] = True
+        sampler_lp[i, len(p):n] = torch.from_numpy(lp)
     mask = loss_mask[:, 1:].float()
-    adv_t = adv[:, None]
+    adv_t = torch.tensor([a for _, _, _, a in samples])[:, None]
     smp = sampler_lp[:, 1:]
 
     def token_lp(m, with_entropy):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            logits = m(input_ids=tokens).logits[:, :-1].float()
+            logits = m(input_ids=tokens, attention_mask=attention).logits[:, :-1].float()
         logp = torch.log_softmax(logits, dim=-1)
         lp = logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)
         ent = -(logp.exp() * logp).sum(-1) if with_entropy else None
@@ -156,7 +194,8 @@ def run_torch(args) -> dict:
         loss = step()
         times.append(time.perf_counter() - t0)
     return {"first_step_s": first, "step_s": float(np.median(times)), "loss": loss,
-            "rss_after_load_gb": base, "peak_rss_gb": rss_gb(), "threads": torch.get_num_threads()}
+            "rss_after_load_gb": base, "peak_rss_gb": rss_gb(), "threads": torch.get_num_threads(),
+            "computed_tokens": tokens.numel()}
 
 
 # ------------------------------------------------------------------------------------ trainer step
@@ -200,6 +239,9 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--steps", type=int, default=2, help="timed steps after the first (median)")
     parser.add_argument("--remat", default="none", choices=("none", "full", "dots"))
+    parser.add_argument("--workload", default="uniform", choices=("uniform", "debate"),
+                        help="uniform: --batch x --length; debate: a configs/arithmetic step (see make_samples)")
+    parser.add_argument("--max-tokens", type=int, default=16384, help="jax: row positions per micro-batch")
     parser.add_argument("--trainer-step", action="store_true")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--set", nargs="*", default=[], help="extra overrides for --trainer-step")
@@ -214,11 +256,13 @@ def main() -> None:
         return
 
     hf_dir()  # export once, before any timed child
-    tokens = args.batch * args.length
+    tokens = sequence_tokens(make_samples(args))
+    print(f"workload {args.workload}: {len(make_samples(args))} samples, {tokens} sequence tokens", flush=True)
     results = {}
     for variant in args.variants:
         cmd = [sys.executable, __file__, "--variant", variant, "--batch", str(args.batch), "--length",
-               str(args.length), "--prompt", str(args.prompt), "--steps", str(args.steps), "--remat", args.remat]
+               str(args.length), "--prompt", str(args.prompt), "--steps", str(args.steps), "--remat", args.remat,
+               "--workload", args.workload, "--max-tokens", str(args.max_tokens)]
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ))
         lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
         if out.returncode or not lines:
@@ -228,12 +272,17 @@ def main() -> None:
         r = results[variant]
         print(f"{variant:<11} step {r['step_s']:7.2f} s  {tokens / r['step_s']:7.1f} tokens/s  first step "
               f"{r['first_step_s']:7.2f} s  peak RSS {r['peak_rss_gb']:5.2f} GB (after load "
-              f"{r['rss_after_load_gb']:.2f})  loss {r['loss']:.5f}", flush=True)
+              f"{r['rss_after_load_gb']:.2f})  loss {r['loss']:.5f}  computed tokens {r['computed_tokens']:.0f}",
+              flush=True)
     for precision in ("fp32", "bf16"):
         ours, peer = results.get(f"jax-{precision}"), results.get(f"torch-{precision}")
         if ours and peer:
             print(f"{precision}: ours/torch tokens/s = {peer['step_s'] / ours['step_s']:.2f}x, "
                   f"peak RSS ours/torch = {ours['peak_rss_gb'] / peer['peak_rss_gb']:.2f}")
+    ours = [results[v] for v in ("jax-fp32", "jax-fp32-packed") if v in results]
+    if ours and "torch-fp32" in results:
+        best = min(ours, key=lambda r: r["step_s"])
+        print(f"train step ratio ours/torch fp32: {results['torch-fp32']['step_s'] / best['step_s']:.2f}")
 
 
 if __name__ == "__main__":

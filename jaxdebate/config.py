@@ -522,7 +522,9 @@ class TrainingConfig(Section):
     Each training step samples ``generations_per_prompt`` debates for each of ``train_batch_size``
     prompts; the sampler serves weights refreshed every ``export_every_steps``; the KL reference is
     hard-updated every ``hard_update_ref_every_steps``. ``max_tokens_per_microbatch`` bounds the
-    learner's memory (padded tokens per forward/backward pass).
+    learner's memory (row positions per forward/backward pass). ``packing`` lays several samples out
+    per row with shared prompt prefixes stored once (same loss and gradients, fewer FLOPs;
+    :mod:`jaxdebate.rl.batching`); off, each sample gets its own padded row.
     """
 
     _name: ClassVar[str] = "training"
@@ -538,6 +540,7 @@ class TrainingConfig(Section):
     seed: int = 42
     max_tokens_per_microbatch: int = 16384
     validate_at_start: bool = False
+    packing: bool = True
 
     def validate(self) -> None:
         for name in (

@@ -295,6 +295,8 @@ def forward(
     positions: jax.Array | None = None,
     attention_mask: jax.Array | None = None,
     cache: Cache | None = None,
+    segment_ids: jax.Array | None = None,
+    prefix_ids: jax.Array | None = None,
 ) -> tuple[jax.Array, Cache | None]:
     """Final-normed hidden states ``[B, T, D]`` (compute dtype) and the updated cache.
 
@@ -302,15 +304,29 @@ def forward(
     :func:`positions_from_mask`. Without a cache, attention is causal over the given tokens. With a
     cache, the tokens are written at slots ``cache["index"] ...`` and attend causally to every filled
     slot; the returned cache has ``index`` advanced by ``T``. Without a cache the second value is None.
+
+    Packed rows (no cache) pass ``segment_ids [B, T]`` (0 = padding) and optionally ``prefix_ids``:
+    a token attends causally to earlier tokens of its own segment and of segment ``prefix_ids``
+    (a prompt prefix shared by several sequences, :mod:`jaxdebate.rl.batching`); ``positions`` are
+    then required.
     """
     tokens = jnp.asarray(tokens, jnp.int32)
     b, t = tokens.shape
+    model = Llama(config)
+    if segment_ids is not None:
+        if cache is not None or positions is None:
+            raise ValueError("segment_ids need explicit positions and no cache")
+        seg = jnp.asarray(segment_ids, jnp.int32)
+        pre = seg if prefix_ids is None else jnp.asarray(prefix_ids, jnp.int32)
+        causal = jnp.tril(jnp.ones((t, t), bool))
+        visible = (seg[:, None, :] == seg[:, :, None]) | (seg[:, None, :] == pre[:, :, None])
+        mask = causal[None] & visible & (seg[:, None, :] > 0)
+        return model.apply({"params": params}, tokens, jnp.asarray(positions, jnp.int32), mask)
     if attention_mask is None:
         attention_mask = jnp.ones((b, t), bool)
     attention_mask = jnp.asarray(attention_mask).astype(bool)
     if positions is None:
         positions = positions_from_mask(attention_mask)
-    model = Llama(config)
     if cache is None:
         causal = jnp.tril(jnp.ones((t, t), bool))
         mask = causal[None] & attention_mask[:, None, :]

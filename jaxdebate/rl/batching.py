@@ -1,14 +1,24 @@
-"""Training samples -> fixed-shape micro-batches, so the train step compiles a bounded number of times.
+"""Training samples -> micro-batches of a bounded set of shapes, packed so that no FLOP is spent twice.
 
 Each sample is one debate turn: prompt tokens + completion tokens (+ the sampler's log-probs of the
-completion and the turn's advantage). Sequences are right-padded to a *length bucket* (powers of two
-from ``min_bucket``, the last one ``max_len``), and the rows of a micro-batch to a power of two no larger
-than the bucket's row budget (``rows_cap`` and ``max_tokens // length``). The set of possible shapes is
-therefore fixed by the config, independent of what the sampler produced.
+completion and the turn's advantage). Two layouts share one batch format:
 
-Per-token loss arrays live in a *completion window* of ``min(length, max_completion)`` positions per
-row (the completion is contiguous after the prompt), so the output head — the vocabulary projection,
-the largest matmul of a small model — runs only where the loss needs it, not over prompts.
+- **packed** (the default): samples whose prompts start alike form a *group* that stores their common
+  prompt prefix once, followed by each member's own tokens. The 12 round-1 turns of a debate prompt (4
+  debates x 3 agents) share their whole prompt; round-2 turns share the question and the worked
+  example. Groups are packed first-fit into rows of up to ``max_len`` tokens. Attention stays within a
+  member plus its group's prefix; positions restart per member as if it were alone, so log-probs and
+  gradients equal the unpacked ones (the prefix's activations are shared, their gradients summed).
+- **unpacked**: one sample per row, right-padded.
+
+A micro-batch holds, per row, ``tokens``, ``positions``, ``segment_ids`` (0 = padding) and
+``prefix_ids`` (the segment a token may attend to besides its own), all ``[R, L]``; and in a *loss
+window* ``[R, C]``: ``window_index`` (the row position whose hidden state predicts the target),
+``targets``, ``loss_mask``, ``sampler_logprobs``, ``advantages`` and ``token_weights`` (the
+aggregation over *all* samples of the step). The output head -- the largest matmul of a small model --
+runs only on the window, not over prompts. ``L`` and ``C`` are powers of two from ``min_bucket``
+(capped at ``max_len``) and ``R`` a power of two or 1.5 times one, so the step compiles a bounded
+number of times.
 """
 
 from __future__ import annotations
@@ -22,6 +32,8 @@ import numpy as np
 from jaxdebate.rl.losses import token_weights
 
 MIN_BUCKET = 64
+FORWARD_KEYS = ("tokens", "positions", "segment_ids", "prefix_ids")
+WINDOW_KEYS = ("window_index", "targets", "loss_mask")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,36 +71,117 @@ def length_buckets(max_len: int, min_bucket: int = MIN_BUCKET) -> tuple[int, ...
     return tuple(buckets)
 
 
-def _pow2_floor(n: int) -> int:
+def bucket_for(n: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket that holds ``n``."""
+    return next(b for b in buckets if b >= n)
+
+
+def pow2_floor(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 
 
-def _pow2_ceil(n: int) -> int:
+def pow2_ceil(n: int) -> int:
     return 1 << (max(1, n) - 1).bit_length()
 
 
+def row_counts(top: int, min_rows: int = 1) -> list[int]:
+    """Row counts a micro-batch may have: powers of two and 1.5x powers of two (so padding rows waste
+    at most a third), multiples of ``min_rows``, up to ``top``."""
+    step = pow2_ceil(min_rows)
+    counts = {c for k in range(top.bit_length() + 1) for c in (1 << k, 3 << k) if c <= top}
+    return sorted(c for c in counts if c % step == 0) or [step]
+
+
 def rows_for_bucket(length: int, rows_cap: int, max_tokens: int, min_rows: int = 1) -> int:
-    """The largest power-of-two row count allowed for sequences padded to ``length`` (at least
-    ``min_rows``, e.g. the number of data-parallel devices)."""
-    return max(_pow2_ceil(min_rows), _pow2_floor(max(1, min(rows_cap, max_tokens // length))))
+    """The largest power-of-two row count allowed for rows of ``length`` tokens (at least ``min_rows``,
+    e.g. the number of data-parallel devices)."""
+    return max(pow2_ceil(min_rows), pow2_floor(max(1, min(rows_cap, max_tokens // length))))
 
 
 def possible_shapes(max_len: int, rows_cap: int, max_tokens: int, min_bucket: int = MIN_BUCKET,
-                    min_rows: int = 1) -> set[tuple[int, int]]:
-    """Every ``(rows, length)`` :func:`make_microbatches` can produce for this configuration."""
+                    min_rows: int = 1) -> set[tuple[int, int, int]]:
+    """Every ``(rows, length, window)`` :func:`make_microbatches` can produce for this configuration."""
+    buckets = length_buckets(max_len, min_bucket)
     shapes = set()
-    for length in length_buckets(max_len, min_bucket):
+    for length in buckets:
         top = rows_for_bucket(length, rows_cap, max_tokens, min_rows)
-        rows = _pow2_ceil(min_rows)
-        while rows <= top:
-            shapes.add((rows, length))
-            rows *= 2
+        windows = {w for w in buckets if w <= length}
+        for rows in row_counts(top, min_rows):
+            shapes |= {(rows, length, w) for w in windows}
     return shapes
 
 
 def rows_cap_for(max_samples_per_step: int, n_microbatches: int) -> int:
     """Row budget per micro-batch when a step's samples are split into ``n_microbatches``."""
-    return _pow2_ceil(math.ceil(max_samples_per_step / max(1, n_microbatches)))
+    return pow2_ceil(math.ceil(max_samples_per_step / max(1, n_microbatches)))
+
+
+@dataclasses.dataclass
+class _Prepared:
+    prompt: np.ndarray
+    completion: np.ndarray
+    logprobs: np.ndarray
+    advantage: float
+    weight: float = 0.0  # loss weight of each completion token
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return np.concatenate([self.prompt, self.completion])
+
+
+@dataclasses.dataclass
+class _Group:
+    """Members that share ``prefix`` (a prefix of each member's prompt); ``size`` tokens once laid out."""
+
+    prefix: int
+    members: list[_Prepared]
+
+    @property
+    def size(self) -> int:
+        return self.prefix + sum(len(m.prompt) + len(m.completion) - self.prefix for m in self.members)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(len(m.completion) for m in self.members)
+
+
+def _common_prefix(a: np.ndarray, b: np.ndarray, limit: int) -> int:
+    n = min(len(a), len(b), limit)
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if len(diff) else n
+
+
+def share_prefixes(samples: Sequence[_Prepared], max_len: int) -> list[_Group]:
+    """Groups of samples with a common prompt prefix stored once (each group fits ``max_len``).
+
+    Prompts are sorted so that alike ones are adjacent; a sample joins the open group when that
+    lays out fewer tokens than starting a new group.
+    """
+    groups: list[_Group] = []
+    for s in sorted(samples, key=lambda s: tuple(s.prompt.tolist())):
+        g = groups[-1] if groups else None
+        if g is not None:
+            shared = _common_prefix(g.members[0].prompt, s.prompt, g.prefix)
+            joined = _Group(shared, g.members + [s])
+            if shared > 0 and joined.size < g.size + len(s.prompt) + len(s.completion) and joined.size <= max_len:
+                groups[-1] = joined
+                continue
+        groups.append(_Group(len(s.prompt), [s]))
+    return groups
+
+
+def _rows_first_fit(groups: list[_Group], max_len: int) -> list[list[_Group]]:
+    rows: list[list[_Group]] = []
+    fill: list[int] = []
+    for g in sorted(groups, key=lambda g: -g.size):
+        i = next((i for i, f in enumerate(fill) if f + g.size <= max_len), None)
+        if i is None:
+            rows.append([g])
+            fill.append(g.size)
+        else:
+            rows[i].append(g)
+            fill[i] += g.size
+    return rows
 
 
 def make_microbatches(
@@ -102,23 +195,60 @@ def make_microbatches(
     pad_id: int = 0,
     min_bucket: int = MIN_BUCKET,
     min_rows: int = 1,
+    packing: bool = True,
 ) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
-    """Pack ``samples`` into micro-batches of shapes from :func:`possible_shapes`.
+    """Lay ``samples`` out in micro-batches (module docstring), each of a shape in
+    :func:`possible_shapes`. Returns ``(micro_batches, stats)``.
 
-    Returns ``(micro_batches, stats)``. Each micro-batch holds ``tokens`` i32 [R, L] and
-    ``attention_mask`` bool [R, L]; ``window_start`` i32 [R] (the position whose hidden state predicts
-    the first completion token, i.e. prompt length - 1); in the window ``[R, C]`` with
-    ``C = min(L, max_completion)``: ``targets`` i32 (completion tokens), ``loss_mask`` bool,
-    ``sampler_logprobs`` f32, ``token_weights`` f32 (the aggregation over *all* samples of the step);
-    and ``advantages`` f32 [R]. Completions longer than ``max_completion`` or running past ``max_len``
-    are cut (counted in ``stats``).
+    Completions longer than ``max_completion`` or running past ``max_len`` are cut (counted in
+    ``stats``); ``padded_tokens`` counts the row positions computed, ``sequence_tokens`` what the
+    samples would take one per row without padding.
     """
     max_completion = max_len if max_completion is None else int(max_completion)
     if max_completion < 1:
         raise ValueError(f"max_completion must be >= 1, got {max_completion}")
     buckets = length_buckets(max_len, min_bucket)
-    n_cut = 0
-    prepared = []
+    prepared, n_cut = _prepare(samples, max_len, max_completion)
+    total_tokens = sum(len(p.completion) for p in prepared)
+    total_sequences = sum(1 for p in prepared if len(p.completion))
+    for p in prepared:
+        c = len(p.completion)
+        p.weight = float(token_weights(np.ones((1, max(c, 1)), bool), aggregation, total_tokens=total_tokens,
+                                       total_sequences=total_sequences)[0, 0]) if c else 0.0
+
+    if packing:
+        rows = _rows_first_fit(share_prefixes(prepared, max_len), max_len)
+    else:
+        rows = [[_Group(len(p.prompt), [p])] for p in prepared]
+    rows.sort(key=lambda r: -sum(g.size for g in r))
+
+    micro_batches = []
+    padded_tokens = 0
+    start = 0
+    while start < len(rows):
+        length = bucket_for(sum(g.size for g in rows[start]), buckets)
+        top = rows_for_bucket(length, rows_cap, max_tokens, min_rows)
+        chunk = rows[start:start + top]
+        start += len(chunk)
+        n_rows = next(c for c in row_counts(top, min_rows) if c >= len(chunk))
+        longest_window = max(sum(g.completion_tokens for g in r) for r in chunk)
+        window = min(bucket_for(longest_window, buckets), length)
+        micro_batches.append(_layout(chunk, n_rows, length, window, pad_id))
+        padded_tokens += n_rows * length
+    stats = {
+        "samples": float(len(prepared)),
+        "completion_tokens": float(total_tokens),
+        "sequence_tokens": float(sum(len(p.prompt) + len(p.completion) for p in prepared)),
+        "packed_tokens": float(sum(g.size for r in rows for g in r)),
+        "padded_tokens": float(padded_tokens),
+        "microbatches": float(len(micro_batches)),
+        "cut_completions": float(n_cut),
+    }
+    return micro_batches, stats
+
+
+def _prepare(samples: Sequence[Sample], max_len: int, max_completion: int) -> tuple[list[_Prepared], int]:
+    prepared, n_cut = [], 0
     for s in samples:
         prompt = np.asarray(s.prompt, np.int32)
         completion = np.asarray(s.completion, np.int32)
@@ -132,65 +262,54 @@ def make_microbatches(
         if len(completion) > keep:
             completion, lps = completion[:keep], lps[:keep]
             n_cut += 1
-        prepared.append((prompt, completion, lps, float(s.advantage)))
-    total_tokens = sum(len(c) for _, c, _, _ in prepared)
-    total_sequences = sum(1 for _, c, _, _ in prepared if len(c))
+        prepared.append(_Prepared(prompt, completion, lps, float(s.advantage)))
+    return prepared, n_cut
 
-    by_bucket: dict[int, list] = {}
-    for item in sorted(prepared, key=lambda x: -(len(x[0]) + len(x[1]))):
-        length = len(item[0]) + len(item[1])
-        bucket = next(b for b in buckets if b >= length)
-        by_bucket.setdefault(bucket, []).append(item)
 
-    micro_batches = []
-    padded_tokens = 0
-    for length in sorted(by_bucket, reverse=True):
-        items = by_bucket[length]
-        top = rows_for_bucket(length, rows_cap, max_tokens, min_rows)
-        for start in range(0, len(items), top):
-            chunk = items[start:start + top]
-            rows = min(top, max(_pow2_ceil(len(chunk)), _pow2_ceil(min_rows)))
-            mb = _pack(chunk, rows, length, min(length, max_completion), pad_id)
-            mb["token_weights"] = token_weights(
-                mb["loss_mask"], aggregation, total_tokens=total_tokens, total_sequences=total_sequences
-            ).astype(np.float32)
-            micro_batches.append(mb)
-            padded_tokens += rows * length
-    stats = {
-        "samples": float(len(prepared)),
-        "completion_tokens": float(total_tokens),
-        "sequence_tokens": float(sum(len(p) + len(c) for p, c, _, _ in prepared)),
-        "padded_tokens": float(padded_tokens),
-        "microbatches": float(len(micro_batches)),
-        "cut_completions": float(n_cut),
+def _layout(rows: list[list[_Group]], n_rows: int, length: int, window: int, pad_id: int) -> dict[str, np.ndarray]:
+    """Arrays of one micro-batch: each row's groups laid out as prefix, then each member's own tokens."""
+    out = {
+        "tokens": np.full((n_rows, length), pad_id, np.int32),
+        "positions": np.zeros((n_rows, length), np.int32),
+        "segment_ids": np.zeros((n_rows, length), np.int32),
+        "prefix_ids": np.zeros((n_rows, length), np.int32),
+        "window_index": np.zeros((n_rows, window), np.int32),
+        "targets": np.full((n_rows, window), pad_id, np.int32),
+        "loss_mask": np.zeros((n_rows, window), bool),
+        "sampler_logprobs": np.zeros((n_rows, window), np.float32),
+        "advantages": np.zeros((n_rows, window), np.float32),
+        "token_weights": np.zeros((n_rows, window), np.float32),
     }
-    return micro_batches, stats
-
-
-def _pack(items, rows: int, length: int, window: int, pad_id: int) -> dict[str, np.ndarray]:
-    tokens = np.full((rows, length), pad_id, np.int32)
-    attention = np.zeros((rows, length), bool)
-    start = np.zeros((rows,), np.int32)
-    targets = np.full((rows, window), pad_id, np.int32)
-    loss_mask = np.zeros((rows, window), bool)
-    sampler_lp = np.zeros((rows, window), np.float32)
-    advantages = np.zeros((rows,), np.float32)
-    for i, (prompt, completion, lps, adv) in enumerate(items):
-        p, c = len(prompt), len(completion)
-        tokens[i, :p] = prompt
-        tokens[i, p:p + c] = completion
-        attention[i, :p + c] = True
-        start[i] = p - 1
-        targets[i, :c] = completion
-        loss_mask[i, :c] = True
-        sampler_lp[i, :c] = lps
-        advantages[i] = adv
-    return {
-        "tokens": tokens,
-        "attention_mask": attention,
-        "window_start": start,
-        "targets": targets,
-        "loss_mask": loss_mask,
-        "sampler_logprobs": sampler_lp,
-        "advantages": advantages,
-    }
+    for r, groups in enumerate(rows):
+        at, w, seg = 0, 0, 0
+        for g in groups:
+            seg += 1
+            prefix_seg, prefix_at = seg, at
+            head = g.members[0].prompt[:g.prefix]
+            out["tokens"][r, at:at + g.prefix] = head
+            out["positions"][r, at:at + g.prefix] = np.arange(g.prefix)
+            out["segment_ids"][r, at:at + g.prefix] = prefix_seg
+            out["prefix_ids"][r, at:at + g.prefix] = prefix_seg
+            at += g.prefix
+            for m in g.members:
+                seg += 1
+                own = m.tokens[g.prefix:]
+                n = len(own)
+                out["tokens"][r, at:at + n] = own
+                out["positions"][r, at:at + n] = np.arange(g.prefix, g.prefix + n)
+                out["segment_ids"][r, at:at + n] = seg
+                out["prefix_ids"][r, at:at + n] = prefix_seg
+                # the hidden state at sequence position j lives at row index prefix_at + j (j < prefix)
+                # or at + j - prefix (j >= prefix)
+                p, c = len(m.prompt), len(m.completion)
+                j = np.arange(p - 1, p - 1 + c)
+                idx = np.where(j < g.prefix, prefix_at + j, at + j - g.prefix)
+                out["window_index"][r, w:w + c] = idx
+                out["targets"][r, w:w + c] = m.completion
+                out["loss_mask"][r, w:w + c] = True
+                out["sampler_logprobs"][r, w:w + c] = m.logprobs
+                out["advantages"][r, w:w + c] = m.advantage
+                out["token_weights"][r, w:w + c] = m.weight
+                at += n
+                w += c
+    return out

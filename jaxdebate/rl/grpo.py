@@ -22,6 +22,7 @@ import optax
 
 from jaxdebate.config import LossConfig, OptimizerConfig
 from jaxdebate.model import LlamaConfig, forward, hidden_logprobs
+from jaxdebate.rl.batching import FORWARD_KEYS, WINDOW_KEYS
 from jaxdebate.rl.losses import metric_sums, policy_loss
 
 
@@ -82,11 +83,9 @@ class Learner:
 
     def _lp(self, params, batch, *, with_entropy: bool):
         """``(lp, entropy)`` ``[R, C]`` of the completion window (zeros outside ``loss_mask``)."""
-        hidden, _ = forward(params, self.model_config, batch["tokens"], attention_mask=batch["attention_mask"])
-        window = batch["targets"].shape[1]
-        idx = batch["window_start"][:, None] + jnp.arange(window, dtype=jnp.int32)[None, :]
-        idx = jnp.clip(idx, 0, hidden.shape[1] - 1)
-        h = jnp.take_along_axis(hidden, idx[..., None], axis=1)
+        hidden, _ = forward(params, self.model_config, batch["tokens"], positions=batch["positions"],
+                            segment_ids=batch["segment_ids"], prefix_ids=batch["prefix_ids"])
+        h = jnp.take_along_axis(hidden, batch["window_index"][..., None], axis=1)
         lp, ent = hidden_logprobs(
             params, self.model_config, h, batch["targets"], temperature=self.temperature,
             with_entropy=with_entropy, chunk_size=self.chunk,
@@ -145,8 +144,7 @@ class Learner:
 
     def logprobs(self, params, batch) -> jax.Array:
         """Completion-window log-probs ``[R, C]`` of a micro-batch under ``params`` (no gradient)."""
-        keys = ("tokens", "attention_mask", "window_start", "targets", "loss_mask")
-        return self._logprobs(params, {k: batch[k] for k in keys})
+        return self._logprobs(params, {k: batch[k] for k in FORWARD_KEYS + WINDOW_KEYS})
 
     def update(self, state: TrainState, micro_batches: Sequence[dict[str, np.ndarray]]
                ) -> tuple[TrainState, dict[str, float]]:

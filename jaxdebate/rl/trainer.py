@@ -313,7 +313,7 @@ class Trainer:
                     samples, max_len=cfg.debate.max_sequence_length, rows_cap=self.rows_cap,
                     max_tokens=cfg.training.max_tokens_per_microbatch, aggregation=cfg.loss.aggregation,
                     max_completion=cfg.sampler.max_new_tokens, pad_id=self.tokenizer.pad_id,
-                    min_rows=cfg.launch.training_devices,
+                    min_rows=cfg.launch.training_devices, packing=cfg.training.packing,
                 )
                 if self.mesh is not None:
                     from jaxdebate.model import shard_batch
