@@ -75,6 +75,29 @@ def test_left_padded_batch_equals_each_prompt_alone(sampler, prompts):
         np.testing.assert_allclose(alone.logprobs, completion.logprobs, atol=1e-5)
 
 
+def test_shared_prefixes_are_prefilled_once_with_the_same_results(model, sampler, tokenizer):
+    """Prompts that start alike (two worked examples, a debate's question) prefill each common prefix
+    once per batch; greedy tokens and log-probs equal the full uncached forward, in a batch with two
+    prefix groups and an unrelated prompt as well as alone."""
+    from jaxdebate.shapes import group_prefixes
+
+    params, config = model
+    heads = [tokenizer.encode("Solve the problem. Example: Compute 2 + 3. Answer: 5. Now the problem follows:"),
+             tokenizer.encode("Read the story and answer. Example: Tom has 3 apples and eats one. Answer: 2.")]
+    prompts = [h + tokenizer.encode(q) for h in heads for q in (" Compute 7 + 8.", " Compute 12 - 4.")]
+    prompts.append(tokenizer.encode("An unrelated prompt"))
+    groups = group_prefixes(prompts, [len(p) - 1 for p in prompts], [len(p) for p in prompts], min_prefix=16)
+    assert sorted((len(m), p >= len(heads[0]) - 1) for p, m in groups) == [(1, False), (2, True), (2, True)]
+    together = sampler.generate(prompts, GREEDY)
+    for prompt, (completion,) in zip(prompts, together):
+        assert list(completion.token_ids) == _uncached_greedy(params, config, prompt, 12, width=96)
+        seq = np.asarray([list(prompt) + list(completion.token_ids)])
+        lp = token_logprobs(params, config, seq, np.ones_like(seq, bool))
+        np.testing.assert_allclose(completion.logprobs, np.asarray(lp)[0, len(prompt):], atol=2e-5)
+        (alone,) = sampler.generate([prompt], GREEDY)[0]
+        assert alone.token_ids == completion.token_ids
+
+
 @pytest.mark.parametrize("sp", [SamplingParams(temperature=0.0, max_tokens=10),
                                 SamplingParams(temperature=0.7, top_p=0.9, max_tokens=10, n=2, seed=3)],
                          ids=["greedy", "t0.7-top_p0.9"])

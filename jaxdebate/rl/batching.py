@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxdebate.rl.losses import token_weights
+from jaxdebate.shapes import group_prefixes, pow2_ceil, pow2_floor, sizes_upto
 
 MIN_BUCKET = 64
 FORWARD_KEYS = ("tokens", "positions", "segment_ids", "prefix_ids")
@@ -76,22 +77,6 @@ def bucket_for(n: int, buckets: Sequence[int]) -> int:
     return next(b for b in buckets if b >= n)
 
 
-def pow2_floor(n: int) -> int:
-    return 1 << (max(1, n).bit_length() - 1)
-
-
-def pow2_ceil(n: int) -> int:
-    return 1 << (max(1, n) - 1).bit_length()
-
-
-def row_counts(top: int, min_rows: int = 1) -> list[int]:
-    """Row counts a micro-batch may have: powers of two and 1.5x powers of two (so padding rows waste
-    at most a third), multiples of ``min_rows``, up to ``top``."""
-    step = pow2_ceil(min_rows)
-    counts = {c for k in range(top.bit_length() + 1) for c in (1 << k, 3 << k) if c <= top}
-    return sorted(c for c in counts if c % step == 0) or [step]
-
-
 def rows_for_bucket(length: int, rows_cap: int, max_tokens: int, min_rows: int = 1) -> int:
     """The largest power-of-two row count allowed for rows of ``length`` tokens (at least ``min_rows``,
     e.g. the number of data-parallel devices)."""
@@ -106,7 +91,7 @@ def possible_shapes(max_len: int, rows_cap: int, max_tokens: int, min_bucket: in
     for length in buckets:
         top = rows_for_bucket(length, rows_cap, max_tokens, min_rows)
         windows = {w for w in buckets if w <= length}
-        for rows in row_counts(top, min_rows):
+        for rows in sizes_upto(top, min_rows):
             shapes |= {(rows, length, w) for w in windows}
     return shapes
 
@@ -145,29 +130,11 @@ class _Group:
         return sum(len(m.completion) for m in self.members)
 
 
-def _common_prefix(a: np.ndarray, b: np.ndarray, limit: int) -> int:
-    n = min(len(a), len(b), limit)
-    diff = np.flatnonzero(a[:n] != b[:n])
-    return int(diff[0]) if len(diff) else n
-
-
 def share_prefixes(samples: Sequence[_Prepared], max_len: int) -> list[_Group]:
-    """Groups of samples with a common prompt prefix stored once (each group fits ``max_len``).
-
-    Prompts are sorted so that alike ones are adjacent; a sample joins the open group when that
-    lays out fewer tokens than starting a new group.
-    """
-    groups: list[_Group] = []
-    for s in sorted(samples, key=lambda s: tuple(s.prompt.tolist())):
-        g = groups[-1] if groups else None
-        if g is not None:
-            shared = _common_prefix(g.members[0].prompt, s.prompt, g.prefix)
-            joined = _Group(shared, g.members + [s])
-            if shared > 0 and joined.size < g.size + len(s.prompt) + len(s.completion) and joined.size <= max_len:
-                groups[-1] = joined
-                continue
-        groups.append(_Group(len(s.prompt), [s]))
-    return groups
+    """Groups of samples with a common prompt prefix stored once, each fitting ``max_len``."""
+    groups = group_prefixes([p.prompt for p in samples], [len(p.prompt) for p in samples],
+                            [len(p.prompt) + len(p.completion) for p in samples], max_size=max_len)
+    return [_Group(prefix, [samples[i] for i in members]) for prefix, members in groups]
 
 
 def _rows_first_fit(groups: list[_Group], max_len: int) -> list[list[_Group]]:
@@ -230,7 +197,7 @@ def make_microbatches(
         top = rows_for_bucket(length, rows_cap, max_tokens, min_rows)
         chunk = rows[start:start + top]
         start += len(chunk)
-        n_rows = next(c for c in row_counts(top, min_rows) if c >= len(chunk))
+        n_rows = next(c for c in sizes_upto(top, min_rows) if c >= len(chunk))
         longest_window = max(sum(g.completion_tokens for g in r) for r in chunk)
         window = min(bucket_for(longest_window, buckets), length)
         micro_batches.append(_layout(chunk, n_rows, length, window, pad_id))

@@ -3,7 +3,8 @@
 Each ``generate`` call groups its ``prompt x n`` rows into batches; a batch is left-padded to static,
 bucketed shapes (rows, prompt length, new tokens: powers of two) so prompts of new lengths reuse the
 compiled code. The distinct prompts of a batch are prefilled once and their caches copied to their ``n``
-rows; decoding is a ``lax.while_loop`` over tokens that exits as soon as every row is done. Stop strings
+rows; prompts that start alike (a system prompt, a worked example, a debate's question) share one
+prefill of their common prefix (:func:`jaxdebate.shapes.group_prefixes`); decoding is a ``lax.while_loop`` over tokens that exits as soon as every row is done. Stop strings
 are checked on the host between decode chunks (``decode_chunk`` tokens) when a request has any.
 
 Sampling draws one uniform per row and step from a key derived from ``(seed, prompt index, sample
@@ -32,34 +33,39 @@ from jaxdebate.model.llama import (
 )
 from jaxdebate.model.mesh import batch_sharding, shard_params
 from jaxdebate.sampling.base import Completion, SamplingParams, per_prompt_params
+from jaxdebate.shapes import group_prefixes, round_size
 
 _TOP_P_ITERS = 32
 
 
-def _bucket(n: int, minimum: int) -> int:
-    """Smallest power of two >= max(n, minimum)."""
-    n = max(n, minimum, 1)
-    return 1 << (n - 1).bit_length()
-
-
 def _prompt_bucket(n: int, minimum: int) -> int:
-    """Powers of two up to 512, then multiples of 512 (bounded padding for long prompts)."""
+    """Powers of two and 1.5x powers of two up to 512, then multiples of 512 (bounded padding)."""
     if n <= 512:
-        return _bucket(n, minimum)
+        return round_size(n, minimum)
     return -(-n // 512) * 512
 
 
 # ------------------------------------------------------------------------------------------ device code
 
 
-def _prefill(params, tokens, mask, rows, cache_len, *, config):
-    """Prefill the distinct prompts ``[Bp, P]`` and copy their caches to the ``rows [B]`` that sample them.
+def _prefill(params, heads, head_mask, group, tokens, mask, rows, cache_len, *, config):
+    """Prefill the distinct prompts and copy their caches to the ``rows [B]`` that sample them.
 
-    Returns the next-token logits ``[B, V]``, the per-layer cache (``B`` rows, ``cache_len`` slots) and
-    the position of each row's next token."""
-    bp = tokens.shape[0]
-    cache = init_cache(config, bp, cache_len)
-    positions = positions_from_mask(mask)
+    Prompt ``k`` is ``heads[group[k]]`` (a prefix shared by its group, left-padded, possibly empty)
+    followed by its own tokens ``tokens[k]`` (left-padded); each head is computed once. Returns the
+    next-token logits ``[B, V]``, the per-layer cache (``B`` rows, ``cache_len`` slots) and the position
+    of each row's next token."""
+    cache = init_cache(config, heads.shape[0], cache_len)
+    if heads.shape[1]:
+        _, cache = forward(params, config, heads, positions_from_mask(head_mask), head_mask, cache)
+    cache = {
+        "k": jnp.take(cache["k"], group, axis=1),
+        "v": jnp.take(cache["v"], group, axis=1),
+        "mask": jnp.take(cache["mask"], group, axis=0),
+        "index": cache["index"],
+    }
+    shared = jnp.take(head_mask.sum(axis=1, dtype=jnp.int32), group)
+    positions = shared[:, None] + positions_from_mask(mask)
     h, cache = forward(params, config, tokens, positions, mask, cache)
     logits = head_logits(params, config, h[:, -1])
     take = functools.partial(jnp.take, indices=rows)
@@ -196,7 +202,7 @@ class JaxSampler:
         self.max_total_len = limit
         self.mesh = mesh
         self._min_rows = 1 if mesh is None else mesh.devices.size
-        self.max_batch = max(_bucket(max_batch, 1), self._min_rows)
+        self.max_batch = max(round_size(max_batch), self._min_rows)
         self.decode_chunk = decode_chunk
         self.min_prompt_bucket = min_prompt_bucket
         self.min_new_bucket = min_new_bucket
@@ -206,7 +212,7 @@ class JaxSampler:
         self._lock = threading.Lock()
         self._params = None
         self._version = 0
-        self._prefill = jax.jit(functools.partial(_prefill, config=config), static_argnums=(4,))
+        self._prefill = jax.jit(functools.partial(_prefill, config=config), static_argnums=(7,))
         self._decode = {}
         self.update_weights(params, weight_version)
 
@@ -293,20 +299,38 @@ class JaxSampler:
 
     def _run_batch(self, rows, prompts, per_prompt, seeds) -> list[Completion]:
         distinct = sorted({i for i, _ in rows})
-        slot = {p: k for k, p in enumerate(distinct)}
-        longest = max(len(prompts[i]) for i in distinct)
-        width = _prompt_bucket(longest, self.min_prompt_bucket)
-        n_prompts = _bucket(len(distinct), self._min_rows)
-        n_rows = _bucket(len(rows), self._min_rows)
+        groups = group_prefixes([prompts[i] for i in distinct], [len(prompts[i]) - 1 for i in distinct],
+                                [len(prompts[i]) for i in distinct], min_prefix=self.min_prompt_bucket)
+        slot, group_of, shared = {}, [], {}
+        for g, (prefix, members) in enumerate(groups):
+            for k in members:
+                slot[distinct[k]] = len(group_of)
+                group_of.append(g)
+                shared[distinct[k]] = prefix
+        longest_head = max(prefix for prefix, _ in groups)
+        head_width = _prompt_bucket(longest_head, self.min_prompt_bucket) if longest_head else 0
+        width = _prompt_bucket(max(len(prompts[i]) - shared[i] for i in distinct), self.min_prompt_bucket)
+        n_prompts = round_size(len(distinct), multiple=self._min_rows)
+        n_rows = round_size(len(rows), multiple=self._min_rows)
         max_new = [min(per_prompt[i].max_tokens, self.max_total_len - len(prompts[i])) for i, _ in rows]
-        new_len = _bucket(max(max_new), self.min_new_bucket)
+        new_len = round_size(max(max_new), self.min_new_bucket)
 
+        heads = np.full((round_size(len(groups)), head_width), self._pad_id, np.int32)
+        head_mask = np.zeros(heads.shape, bool)
+        for g, (prefix, members) in enumerate(groups):
+            if prefix:
+                heads[g, head_width - prefix:] = prompts[distinct[members[0]]][:prefix]
+                head_mask[g, head_width - prefix:] = True
+        by_slot = sorted(slot, key=slot.get)
         ids = np.full((n_prompts, width), self._pad_id, np.int32)
         mask = np.zeros((n_prompts, width), bool)
+        group = np.zeros(n_prompts, np.int32)
         for k in range(n_prompts):
-            p = prompts[distinct[min(k, len(distinct) - 1)]]  # filler rows repeat a real prompt
+            i = by_slot[min(k, len(by_slot) - 1)]  # filler rows repeat a real prompt
+            p = prompts[i][shared[i]:]
             ids[k, width - len(p):] = p
             mask[k, width - len(p):] = True
+            group[k] = group_of[min(k, len(by_slot) - 1)]
         row_prompt = np.zeros(n_rows, np.int32)
         temperature = np.zeros(n_rows, np.float32)
         top_p = np.ones(n_rows, np.float32)
@@ -324,8 +348,9 @@ class JaxSampler:
         use_top_p = bool((top_p < 1.0).any())
 
         params = self._params
-        logits, cache, pos = self._prefill(params, self._place(ids), self._place(mask),
-                                           jnp.asarray(row_prompt), width + new_len)
+        logits, cache, pos = self._prefill(params, jnp.asarray(heads), jnp.asarray(head_mask), jnp.asarray(group),
+                                           self._place(ids), self._place(mask), jnp.asarray(row_prompt),
+                                           head_width + width + new_len)
         state = {
             "cache": cache,
             "logits": logits,
