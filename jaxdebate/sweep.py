@@ -31,9 +31,24 @@ RUN_FILE = "run.json"
 EXIT_OK, EXIT_INTERRUPTED = 0, 130  # python -m jaxdebate.launch: finished / interrupted (checkpointed)
 
 
-def default_configs() -> list[Path]:
-    """The five strategy configs shipped in ``configs/``."""
-    return [REPO_ROOT / "configs" / f"{name}.py" for name in STRATEGY_FILES]
+def default_configs(family: Path | None = None) -> list[Path]:
+    """The five strategy configs of a config family directory (default: ``configs/``)."""
+    family = REPO_ROOT / "configs" if family is None else Path(family)
+    found = [family / f"{name}.py" for name in STRATEGY_FILES if (family / f"{name}.py").is_file()]
+    if not found:
+        raise ConfigError(f"{family} holds none of the strategy configs {', '.join(STRATEGY_FILES)} (.py)")
+    return found
+
+
+def expand_configs(configs: Sequence[str | Path] | None) -> list[Path]:
+    """Config files as given, a directory standing for its family's strategy configs (so
+    ``--configs configs/arithmetic`` runs the five strategies, not the shared ``base.py``)."""
+    if not configs:
+        return default_configs()
+    out: list[Path] = []
+    for c in map(Path, configs):
+        out.extend(default_configs(c) if c.is_dir() else [c])
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +90,7 @@ def plan_runs(
     With ``base``, each run uses the base config file with the strategy config's shaping section.
     ``launch_overrides`` (``partition=gpu_8``, ``time_limit_minutes=60``…) change the launch section.
     """
-    configs = [Path(c) for c in (configs or default_configs())]
+    configs = expand_configs(configs)
     if not seeds:
         raise ConfigError("the sweep needs at least one seed")
     if len(set(seeds)) != len(seeds):

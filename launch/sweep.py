@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep-dir", required=True, help="directory holding one workdir per run")
     parser.add_argument("--configs", nargs="+", default=None,
-                        help="strategy config files (default: the five in configs/)")
+                        help="strategy config files, or a family directory for its five strategies "
+                             "(default: the five in configs/)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[42], help="training seeds (default: 42)")
     parser.add_argument("--base", default=None,
                         help="take everything but the shaping section from this config (e.g. configs/smoke.py)")

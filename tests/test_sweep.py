@@ -188,3 +188,13 @@ def test_invalid_sweep_fails_before_running(tmp_path):
                           "--launch", "gpus_per_node=-1"], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 2 and "launch.gpus_per_node" in out.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_a_family_directory_stands_for_its_five_strategies(tmp_path):
+    """``--configs configs/arithmetic`` plans the five strategy files, never the family's base.py."""
+    runs = plan_runs(tmp_path, [REPO / "configs" / "arithmetic"], [42, 43])
+    assert [r.name for r in runs[::2]] == [f"{s}-seed42" for s in
+                                           ("identity", "difference_rewards", "potential_based", "coma", "reward_mixing")]
+    assert all(Path(r.config_path).parent.name == "arithmetic" for r in runs)
+    with pytest.raises(ConfigError, match="none of the strategy configs"):
+        plan_runs(tmp_path, [tmp_path], [42])
