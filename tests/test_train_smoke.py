@@ -2,6 +2,7 @@
 per-step metrics of the issue, TensorBoard events, validation, restore and HF export of a checkpoint."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,11 +28,15 @@ PER_STEP = [
 @pytest.mark.slow
 def test_smoke_run_via_cli(tmp_path):
     workdir = tmp_path / "smoke"
+    # as a user runs it: no compilation-cache setting of ours, so the launcher's default applies
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    env["JAXDEBATE_CACHE"] = str(tmp_path / "cache")
     out = subprocess.run([sys.executable, "-m", "jaxdebate.launch", "--config", "configs/smoke.py", "--workdir",
                           str(workdir), "--set", "logging.progress_bar=false"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+                         cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "finished at step 4" in out.stderr
+    assert len(list((tmp_path / "cache" / "xla").iterdir())) > 3  # compiled steps persist for the next run
 
     records = read_metrics(workdir)
     assert [r["step"] for r in records] == [1, 2, 3, 4]
