@@ -57,8 +57,8 @@ def make_samples(args, seed: int = 0):
     """The step's samples as ``(prompt, completion, sampler_logprobs, advantage)`` numpy tuples.
 
     ``uniform``: ``--batch`` sequences of ``--length`` tokens, the first ``--prompt`` of them prompt.
-    ``debate``: what a step of configs/arithmetic looks like (2 prompts x 4 debates x 3 agents x 2
-    rounds = 48 turns): round-1 turns repeat their question's prompt (``--prompt`` tokens), round-2
+    ``debate``: what a step of configs/arithmetic looks like (``--prompts`` (2) prompts x 4 debates x 3
+    agents x 2 rounds = 24 turns per prompt): round-1 turns repeat their question's prompt (``--prompt`` tokens), round-2
     prompts extend it by the other agents' answers (40-80 tokens); completions of 8-48 tokens.
     """
     import numpy as np
@@ -74,7 +74,7 @@ def make_samples(args, seed: int = 0):
             c, lp = completion(args.length - args.prompt)
             out.append((rng.integers(10, 49000, args.prompt).astype(np.int32), c, lp, float(rng.normal())))
         return out
-    for _ in range(2):
+    for _ in range(args.prompts):
         question = rng.integers(10, 49000, args.prompt).astype(np.int32)
         for turn in range(24):
             prompt = question if turn < 12 else np.concatenate(
@@ -242,6 +242,7 @@ def main() -> None:
     parser.add_argument("--workload", default="uniform", choices=("uniform", "debate"),
                         help="uniform: --batch x --length; debate: a configs/arithmetic step (see make_samples)")
     parser.add_argument("--max-tokens", type=int, default=16384, help="jax: row positions per micro-batch")
+    parser.add_argument("--prompts", type=int, default=2, help="debate workload: prompts per step (24 turns each)")
     parser.add_argument("--trainer-step", action="store_true")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--set", nargs="*", default=[], help="extra overrides for --trainer-step")
@@ -262,7 +263,7 @@ def main() -> None:
     for variant in args.variants:
         cmd = [sys.executable, __file__, "--variant", variant, "--batch", str(args.batch), "--length",
                str(args.length), "--prompt", str(args.prompt), "--steps", str(args.steps), "--remat", args.remat,
-               "--workload", args.workload, "--max-tokens", str(args.max_tokens)]
+               "--workload", args.workload, "--max-tokens", str(args.max_tokens), "--prompts", str(args.prompts)]
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ))
         lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
         if out.returncode or not lines:
