@@ -32,6 +32,9 @@ TOTAL_TRAIN_STEPS = 12
 LEARNING_RATE = 3e-5
 WARMUP_STEPS = 2
 EVAL_BATCH_SIZE = 100
+# 4 packed rows of 512 per forward/backward (more are accumulated, same update): bounds the learner's
+# memory (~10 GB without remat) on a 24 GiB machine; a step packs into 1-3 rows (identity seed 42)
+MAX_TOKENS_PER_MICROBATCH = 2048
 SAMPLER_BACKEND = "jax"
 
 
@@ -50,6 +53,6 @@ def get_config(shaping: ShapingConfig | None = None) -> Config:
             c.training, train_batch_size=TRAIN_BATCH_SIZE, eval_batch_size=EVAL_BATCH_SIZE,
             total_train_steps=TOTAL_TRAIN_STEPS, validate_at_start=True,
             validation_every_steps=TOTAL_TRAIN_STEPS, checkpoint_every_steps=5, export_every_steps=1,
-            hard_update_ref_every_steps=5,
+            hard_update_ref_every_steps=5, max_tokens_per_microbatch=MAX_TOKENS_PER_MICROBATCH,
         ),
     )
