@@ -118,13 +118,14 @@ def final_metrics(workdir: str | Path) -> dict[str, Any]:
     return out
 
 
-CANONICAL_ORDER = ("identity", "difference_rewards", "potential_based", "coma", "reward_mixing")
+# the five strategies' config-file stems (which name the runs) in DESIGN §4 order
+STRATEGY_FILES = ("identity", "difference_rewards", "potential_based", "coma", "reward_mixing")
 
 
 def strategies(runs: Sequence[Run]) -> list[str]:
     """Strategy names: the five of the experiment in DESIGN order, then any others as first seen."""
     names = list(dict.fromkeys(r.strategy for r in runs))
-    rank = {name: i for i, name in enumerate(CANONICAL_ORDER)}
+    rank = {name: i for i, name in enumerate(STRATEGY_FILES)}
     return sorted(names, key=lambda n: (rank.get(n, len(rank)), names.index(n)))
 
 
@@ -192,7 +193,12 @@ def format_accuracy_table(rows: Sequence[dict[str, Any]]) -> str:
             mean, std = r.get(k), r.get(f"{k}/std")
             cells.append("-" if mean is None or math.isnan(mean) else f"{mean:.3f} ± {std or 0:.3f}")
         table.append(cells)
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    return aligned_table(table)
+
+
+def aligned_table(table: Sequence[Sequence[str]]) -> str:
+    """Rows of cells (the first row the header) as left-aligned text columns under a dashed rule."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

@@ -21,11 +21,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from jaxdebate.analysis import STRATEGY_FILES, aligned_table, final_metrics
 from jaxdebate.config import LaunchConfig, apply_overrides, load_config, to_dict
 from jaxdebate.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-STRATEGY_FILES = ("identity", "difference_rewards", "potential_based", "coma", "reward_mixing")
 EXECUTORS = ("local", "submitit_local", "slurm")
 RUN_FILE = "run.json"
 EXIT_OK, EXIT_INTERRUPTED = 0, 130  # python -m jaxdebate.launch: finished / interrupted (checkpointed)
@@ -342,8 +342,6 @@ def run_sweep(
 
 def summarize(runs: Iterable[RunSpec]) -> list[dict[str, Any]]:
     """One row per run: strategy, seed, status, final validation accuracy, wall time."""
-    from jaxdebate.analysis import final_metrics
-
     rows = []
     for spec in runs:
         state = read_state(spec.workdir)
@@ -375,7 +373,4 @@ def format_summary(rows: Sequence[dict[str, Any]]) -> str:
             "-" if acc is None else f"{acc:.3f}",
             "-" if wall is None else f"{wall / 60:.1f} min",
         ])
-    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return aligned_table(table)
