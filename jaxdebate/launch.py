@@ -95,11 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         backend = resolve_backend(config.sampler, warn=False)  # sampler.fallback=error fails here
         if args.dry_run:
             train, val = config.data.load()
-            from jaxdebate.model.sources import parse_source
+            from jaxdebate.model import load_tokenizer
+            from jaxdebate.rl.preflight import check_prompts_fit
 
-            parse_source(config.model.source)
+            budget = check_prompts_fit(config, load_tokenizer(config.model.source), train, val)
             print(f"config ok: {args.config} -> {workdir}; {len(train)} training items, {len(val)} validation "
-                  f"items; up to {config.samples_per_step} training samples per step; sampler backend {backend}")
+                  f"items, every round-1 prompt within {budget} tokens; up to {config.samples_per_step} "
+                  f"training samples per step; sampler backend {backend}")
             return EXIT_OK
         from jaxdebate.checkpoint import latest_step
         from jaxdebate.rl.trainer import train as run_training

@@ -215,3 +215,56 @@ def test_format_config_never_writes_non_standard_json():
     with pytest.raises(ConfigError, match=r"^extra\.a\[1\] must be a finite number"):
         format_config(Free({"a": [1.0, float("inf")]}))
     assert json.loads(format_config(Free({"a": [1.0, 2]}))) == {"extra": {"a": [1.0, 2]}}
+
+
+# -- issue 14 item 3: a prompt that cannot fit is reported up front (file:line), not at the step that draws it
+
+
+def _data_with_oversized_items(tmp_path) -> Path:
+    data = tmp_path / "big.jsonl"
+    rows = [{"problem": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(8)]
+    rows[2] = {"problem": "word " * 400_000, "answer": "5"}  # 2 MB: judged from a prefix
+    rows[5] = {"problem": "x " * 3000, "answer": "5"}  # tokenised whole
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return data
+
+
+def test_oversized_prompts_fail_the_dry_run_naming_file_and_line(tmp_path, capsys):
+    data = _data_with_oversized_items(tmp_path)
+    args = ["--config", "configs/smoke.py", "--dry-run", "--set", f"data.train={data}", "data.validation_size=0"]
+    assert main(args) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "2 item(s) have a round-1 prompt over the budget of 304 tokens" in err
+    assert re.search(rf"{re.escape(str(data))}:3 \(item 'big/2'\): at least \d+ tokens", err), err
+    assert re.search(rf"{re.escape(str(data))}:6 \(item 'big/5'\): 30\d\d tokens", err), err
+
+
+def test_oversized_prompts_stop_training_before_the_model_loads(tmp_path, capsys):
+    data = _data_with_oversized_items(tmp_path)
+    workdir = tmp_path / "run"
+    start = time.monotonic()
+    code = main(["--config", "configs/smoke.py", "--workdir", str(workdir),
+                 "--set", f"data.train={data}", "data.validation_size=0"])
+    assert code == EXIT_ERROR
+    assert f"{data}:6 (item 'big/5')" in capsys.readouterr().err
+    assert not (workdir / "checkpoints").exists() and not (workdir / "metrics.jsonl").exists()
+    assert time.monotonic() - start < 30
+
+
+def test_first_prompt_lengths_are_exact_or_a_lower_bound():
+    from jaxdebate.config import Config
+    from jaxdebate.data.items import Item
+    from jaxdebate.debate.fitting import first_prompt_lengths
+    from jaxdebate.model import load_tokenizer
+    from jaxdebate.rl.preflight import envs_for
+
+    tok = load_tokenizer("tiny")
+    items = [Item(f"i{k}", text, "1") for k, text in
+             enumerate(["Compute $2+3$.", "é " * 200, "long " * 150, "word " * 40_000])]
+    envs = envs_for(items, Config(), None)
+    exact = [len(tok.encode_chat(env.first_messages(it))) for env, it in zip(envs, items)]
+    got = first_prompt_lengths(envs, items, tok, budget=100)
+    assert got[0] is None and exact[0] <= 100
+    assert got[1] == (exact[1], True) and got[2] == (exact[2], True)
+    n, is_exact = got[3]
+    assert not is_exact and 100 < n <= exact[3]

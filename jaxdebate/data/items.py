@@ -15,13 +15,15 @@ from jaxdebate.errors import DataError
 class Item:
     """One problem: a stable ``id``, the ``problem`` text, the gold ``answer`` (a LaTeX/number string),
     the environment that plays it (``env``, e.g. ``"math"``) and source-specific ``meta`` (subject,
-    level, worked solution, original indices...). ``meta`` holds plain JSON types."""
+    level, worked solution, original indices...). ``meta`` holds plain JSON types. ``origin`` says
+    where the item was read (``file.jsonl:12``) for error messages; it is not part of the record."""
 
     id: str
     problem: str
     answer: str
     env: str = "math"
     meta: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
+    origin: str = dataclasses.field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("id", "problem", "answer", "env"):
@@ -43,6 +45,11 @@ class Item:
     def with_env(self, env: str) -> Item:
         """The same item routed to another environment."""
         return dataclasses.replace(self, env=env)
+
+    @property
+    def where(self) -> str:
+        """``file:line (item 'id')`` when the item came from a file, else ``item 'id'``."""
+        return f"{self.origin} (item {self.id!r})" if self.origin else f"item {self.id!r}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "problem": self.problem, "answer": self.answer, "env": self.env,

@@ -7,6 +7,7 @@ plus platinum_index, gsm8k_test_index) and ``items`` (jaxdebate's own: id, probl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -165,9 +166,10 @@ def records_to_items(
             raise DataError(f"{where}:{position}: expected a JSON object, got {type(record).__name__}")
         try:
             kind = fmt or detect_format(record)
-            items.append(CONVERTERS[kind](record, index, prefix))
+            item = CONVERTERS[kind](record, index, prefix)
         except (RecordError, DataError) as e:
             raise DataError(f"{where}:{position}: {e}") from None
+        items.append(dataclasses.replace(item, origin=f"{where}:{position}"))
         if fmt is None:
             fmt = kind
     return items

@@ -80,12 +80,58 @@ def debate_prompt(
     )
 
 
+def first_prompt_lengths(
+    envs: Sequence[DebateEnv], items: Sequence[Item], tokenizer, budget: int
+) -> list[tuple[int, bool] | None]:
+    """Per item, ``(tokens, exact)`` for a round-1 prompt over ``budget``, else None.
+
+    Linear in the text and cheap for the common case: a byte-level tokenizer emits at most one token
+    per UTF-8 byte (plus one), so short prompts are not tokenised; a huge prompt is judged from a
+    prefix cut at whitespace (a lower bound of the whole prompt's count, so ``exact`` is False).
+    """
+    probe_chars = 64 * budget + 4096
+    out: list[tuple[int, bool] | None] = []
+    for env, item in zip(envs, items):
+        text = tokenizer.chat_text(env.first_messages(item))
+        if len(text.encode("utf-8")) + 1 <= budget:
+            out.append(None)
+            continue
+        cut = text.rfind(" ", 0, probe_chars) if len(text) > probe_chars else -1
+        if cut > budget:
+            n = len(tokenizer.encode(text[:cut]))
+            if n > budget:
+                out.append((n, False))
+                continue
+        n = len(tokenizer.encode(text))
+        out.append((n, True) if n > budget else None)
+    return out
+
+
+def check_first_prompts(
+    envs: Sequence[DebateEnv], items: Sequence[Item], tokenizer, budget: int, *, show: int = 10
+) -> None:
+    """PromptTooLongError listing the items (file:line where known) whose round-1 prompt is over
+    ``budget``; run before training, so a bad item is reported up front, not at the step that draws it."""
+    lengths = first_prompt_lengths(envs, items, tokenizer, budget)
+    bad = [(item, n) for item, n in zip(items, lengths) if n is not None]
+    if not bad:
+        return
+    lines = [f"  {item.where}: {'' if exact else 'at least '}{n} tokens" for item, (n, exact) in bad[:show]]
+    if len(bad) > show:
+        lines.append(f"  ... and {len(bad) - show} more")
+    raise PromptTooLongError(
+        f"{len(bad)} item(s) have a round-1 prompt over the budget of {budget} tokens "
+        f"(debate.max_sequence_length minus sampler.max_new_tokens); drop them or raise "
+        f"debate.max_sequence_length:\n" + "\n".join(lines)
+    )
+
+
 def first_prompt(env: DebateEnv, item: Item, tokenizer, budget: int) -> list[int]:
     """Token ids of the round-1 prompt; PromptTooLongError when the problem alone is over budget."""
     ids = tokenizer.encode_chat(env.first_messages(item))
     if len(ids) > budget:
         raise PromptTooLongError(
-            f"item {item.id!r}: the round-1 prompt has {len(ids)} tokens, over the budget of {budget} "
+            f"{item.where}: the round-1 prompt has {len(ids)} tokens, over the budget of {budget} "
             f"(debate.max_sequence_length minus the sampler's max_tokens); raise max_sequence_length, "
             f"lower max_tokens, or drop the item"
         )

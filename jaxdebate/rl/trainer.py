@@ -28,6 +28,7 @@ from jaxdebate.errors import ConfigError
 from jaxdebate.metrics import MetricWriter
 from jaxdebate.rl.batching import Sample, make_microbatches, rows_cap_for
 from jaxdebate.rl.grpo import Learner, TrainState
+from jaxdebate.rl.preflight import check_prompts_fit
 from jaxdebate.rl.timing import PhaseTimer
 from jaxdebate.rl.validation import validate
 from jaxdebate.sampling.base import SamplingParams
@@ -90,8 +91,9 @@ class Trainer:
             )
         self.mesh = make_mesh(n_dev) if n_dev > 1 else None
         self.tokenizer = load_tokenizer(cfg.model.source)
-        params, self.model_config = load(cfg.model.source, dtype=cfg.model.dtype, remat=cfg.model.remat)
         train_items, self.val_items = cfg.data.load()
+        check_prompts_fit(cfg, self.tokenizer, train_items, self.val_items)
+        params, self.model_config = load(cfg.model.source, dtype=cfg.model.dtype, remat=cfg.model.remat)
         self.stream = ItemStream(train_items, cfg.training.train_batch_size, cfg.training.seed)
         self.grader = Grader()
         epochs = cfg.loss.ppo_epochs
