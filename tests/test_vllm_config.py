@@ -82,13 +82,14 @@ def test_server_command_and_environment(tmp_path):
     (tmp_path / "m" / "config.json").write_text('{"max_position_embeddings": 8192}')
     cpu = " ".join(server_args(VLLMConfig(), tmp_path / "m", 1, cpu=True))
     assert "--no-enable-chunked-prefill --max-num-batched-tokens 8192" in cpu
-    env = server_env(cfg, tmp_path / "state", tmp_path / "sock", tmp_path / "ext", cpu=True)
+    env = server_env(cfg, tmp_path / "state", tmp_path / "sock", tmp_path / "ext", cpu=True, key="k3y")
+    assert env["JAXDEBATE_VLLM_KEY"] == "k3y" and "k3y" not in cpu
     assert env["VLLM_TARGET_DEVICE"] == "cpu" and env["VLLM_CPU_KVCACHE_SPACE"] == "3"
     assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" and env["VLLM_SERVER_DEV_MODE"] == "1"
     assert env["PYTHONPATH"] == str(tmp_path / "ext")
     for key in ("VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR"):
         assert env[key].startswith(str(tmp_path)), key
-    assert "VLLM_TARGET_DEVICE" not in server_env(cfg, tmp_path, tmp_path, tmp_path, cpu=False)
+    assert "VLLM_TARGET_DEVICE" not in server_env(cfg, tmp_path, tmp_path, tmp_path, cpu=False, key="k")
 
 
 def test_free_port_is_bindable():

@@ -7,6 +7,7 @@ model's; the bf16 production path is measured on SmolLM2 by ``bench/sampler.py``
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -355,6 +356,55 @@ def test_bad_requests_are_clear_errors(sampler, prompts):
     # the context limit clamps max_tokens instead of failing
     near = sampler.generate([[7] * 1020], SamplingParams(temperature=0.0, max_tokens=50))[0][0]
     assert len(near.token_ids) == 4 and near.finish_reason == "length"
+
+
+def test_the_server_answers_only_its_owner(sampler, model, prompts, ref, tmp_path):
+    """Issue 14 item 9: the dev endpoints (``/collective_rpc`` can reload weights from any path) and
+    the OpenAI routes need the per-start key; ``/health`` stays open; the key is in no argv or log."""
+    import http.client
+    import urllib.parse
+
+    from jaxdebate.model import export_hf
+
+    server = sampler.server
+    url = urllib.parse.urlsplit(server.url)
+
+    def raw(method, path, body=None, key=None):
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+        headers = {"Content-Type": "application/json"}
+        if key is not None:
+            headers["Authorization"] = f"Bearer {key}"
+        conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
+        status = conn.getresponse().status
+        conn.close()
+        return status
+
+    params, config = model
+    sampler.update_weights(params, 12)
+    noisy = perturb(params, "self_attn", scale=1.0, seed=6)
+    export_hf(noisy, config, tmp_path / "intruder", dtype="float32")
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(tmp_path / "intruder")}}
+    for key in (None, "wrong", ""):
+        assert raw("POST", "/collective_rpc", rpc, key) == 401
+        assert raw("POST", "/reset_prefix_cache", None, key) == 401
+        assert raw("GET", "/v1/models", None, key) == 401
+        assert raw("POST", "/v1/completions", {"model": "x", "prompt": [1, 2], "max_tokens": 1}, key) == 401
+    assert raw("GET", "/health") == 200
+    tokens, lps = ref.greedy(params, prompts[:2])
+    assert_matches_reference(greedy(sampler, prompts[:2]), tokens, lps, version=12)  # nothing reloaded
+
+    key = server._key
+    assert len(key) >= 32 and raw("GET", "/v1/models", None, key) == 200
+    assert key not in server.log_path.read_text(errors="replace")
+    for pid in [server.pid, *(int(p) for p in os.listdir("/proc") if p.isdigit())]:
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+        except OSError:
+            continue
+        assert key not in cmdline
+    sock = server._socket_dir
+    assert sock.stat().st_mode & 0o777 == 0o700
+    assert sampler._sync_dir.stat().st_mode & 0o777 == 0o700
 
 
 def test_killed_server_is_restarted_and_the_loop_keeps_its_steps(sampler, model, prompts, ref):

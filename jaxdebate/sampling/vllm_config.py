@@ -30,7 +30,9 @@ class VLLMConfig:
     virtualenv, made by ``scripts/install_vllm.sh``; a relative path is taken from the current
     directory, then from the repository root). ``url`` set: connect to that running server instead
     (it must run with ``VLLM_SERVER_DEV_MODE=1`` and see ``sync_dir`` for weight updates, and it is
-    not restarted on failure). ``dtype`` is both the served precision and the export precision of
+    not restarted on failure; ``VLLM_API_KEY`` in the environment, if set, is sent as its bearer key).
+    A server jaxdebate starts answers only requests with a random per-start key (all endpoints but
+    ``/health``; see :mod:`jaxdebate.sampling.vllm_guard`), and its sync and socket dirs are 0700. ``dtype`` is both the served precision and the export precision of
     weight syncs. ``kv_cache_gib`` sets ``VLLM_CPU_KVCACHE_SPACE`` (CPU) or is ignored on GPU.
     ``max_model_len``/``max_num_seqs`` 0 keep vLLM's defaults. ``sync_dir`` empty: ``/dev/shm`` when
     present, else the run's workdir. ``max_restarts`` bounds restarts of a dead server within one

@@ -16,6 +16,7 @@ import http.client
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxdebate.errors import ConfigError, SamplerError
-from jaxdebate.sampling import vllm_worker_ext
+from jaxdebate.sampling import vllm_guard, vllm_worker_ext
 from jaxdebate.sampling.vllm_config import VLLMConfig
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ def server_args(config: VLLMConfig, model_dir: Path, port: int, *, cpu: bool) ->
         # Sampling defaults must come from the request, never from the model's generation_config.
         "--generation-config", "vllm",
         "--worker-extension-cls", f"{vllm_worker_ext.MODULE_NAME}.{vllm_worker_ext.CLASS_NAME}",
+        "--middleware", f"{vllm_guard.MODULE_NAME}.{vllm_guard.CLASS_NAME}",
         "--disable-uvicorn-access-log",
     ]
     if config.enforce_eager:
@@ -111,12 +113,15 @@ def _config_max_len(model_dir: Path) -> int:
         return 0
 
 
-def server_env(config: VLLMConfig, state_dir: Path, socket_dir: Path, ext_dir: Path, *, cpu: bool) -> dict:
-    """The server's environment: dev endpoints on, caches and temp files under ``state_dir``."""
+def server_env(config: VLLMConfig, state_dir: Path, socket_dir: Path, ext_dir: Path, *, cpu: bool,
+               key: str) -> dict:
+    """The server's environment: dev endpoints on but guarded by ``key`` (see :mod:`vllm_guard`),
+    caches and temp files under ``state_dir``."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     cache = state_dir / "cache"
     env.update(
         PYTHONPATH=str(ext_dir),
+        **{vllm_guard.KEY_ENV: key},
         VLLM_SERVER_DEV_MODE="1",
         VLLM_HOST_IP="127.0.0.1",
         VLLM_CACHE_ROOT=str(cache / "vllm"),
@@ -158,6 +163,7 @@ class VLLMServer:
         self._log_file = None
         self._socket_dir: Path | None = None
         self._own_socket_dir = False
+        self._key = os.environ.get("VLLM_API_KEY", "") if self.external else ""
 
     # ------------------------------------------------------------------------------------ lifecycle
 
@@ -193,17 +199,20 @@ class VLLMServer:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         ext_dir = self.state_dir / "pyext"
         ext_dir.mkdir(exist_ok=True)
-        shutil.copyfile(vllm_worker_ext.__file__, ext_dir / f"{vllm_worker_ext.MODULE_NAME}.py")
+        for module in (vllm_worker_ext, vllm_guard):
+            shutil.copyfile(module.__file__, ext_dir / f"{module.MODULE_NAME}.py")
         self._socket_dir = self.state_dir / "tmp"
         self._own_socket_dir = len(str(self._socket_dir.absolute())) > _MAX_SOCKET_DIR
         if self._own_socket_dir:
             self._socket_dir = Path(tempfile.mkdtemp(prefix="jaxdebate-vllm-"))
-        self._socket_dir.mkdir(parents=True, exist_ok=True)
+        self._socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._socket_dir.chmod(0o700)  # RPC sockets and temp files: private to this user
+        self._key = secrets.token_urlsafe(32)  # new per start; in the server's env, never in argv or logs
 
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         argv = [str(python), "-c", _LAUNCHER, str(os.getpid()), *server_args(self.config, self.model_dir, port, cpu=cpu)]
-        env = server_env(self.config, self.state_dir, self._socket_dir, ext_dir, cpu=cpu)
+        env = server_env(self.config, self.state_dir, self._socket_dir, ext_dir, cpu=cpu, key=self._key)
         self._log_file = open(self.log_path, "ab")
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         self._log_file.write(f"\n===== jaxdebate: starting vLLM at {stamp} on {self.url}: {' '.join(argv[4:])}\n".encode())
@@ -339,6 +348,8 @@ class VLLMServer:
         conn = conn_cls(url.hostname, url.port, timeout=timeout)
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"} if data is not None else {}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
         try:
             conn.request(method, target, body=data, headers=headers)
             response = conn.getresponse()
