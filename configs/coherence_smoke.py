@@ -18,6 +18,7 @@ def get_config():
         "data.train=arithmetic:n=4,seed=0",
         "data.n_questions=4",
         "data.eval=arithmetic:n=4,seed=1",
+        "sampler.backend=jax",  # a tiny model: no server start-up on any machine
         "sampler.max_new_tokens=16",
         "collect.questions_per_batch=2",
         "dpo.epochs=1",

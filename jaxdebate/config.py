@@ -400,7 +400,8 @@ class ModelConfig(Section):
 
 @dataclasses.dataclass(frozen=True)
 class SamplerConfig(Section):
-    """How debates are sampled: the backend (in-process ``jax`` or a ``vllm`` server), the training
+    """How debates are sampled: the backend (in-process ``jax``, a ``vllm`` server, or ``auto``: vLLM
+    where it is the faster path, see :func:`jaxdebate.sampling.factory.choose_backend`), the training
     sampling distribution (``temperature``, ``top_p``; the learner's log-probs use the same
     temperature), the completion budget per turn, and the validation temperature (0 = greedy).
     ``vllm`` configures the server when ``backend='vllm'`` (see :mod:`jaxdebate.sampling.vllm_config`);
@@ -408,7 +409,7 @@ class SamplerConfig(Section):
     virtualenv): ``jax`` samples in-process with a warning, ``error`` stops before any compute."""
 
     _name: ClassVar[str] = "sampler"
-    backend: Literal["jax", "vllm"] = "jax"
+    backend: Literal["auto", "jax", "vllm"] = "auto"
     fallback: Literal["jax", "error"] = "jax"
     temperature: float = 1.0
     top_p: float = 1.0

@@ -90,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"config error: {e}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        from jaxdebate.sampling.factory import resolve_backend
+        from jaxdebate.sampling.factory import choose_backend, describe
 
-        backend = resolve_backend(config.sampler, warn=False)  # sampler.fallback=error fails here
+        backend, why = choose_backend(config.sampler, warn=False)  # sampler.fallback=error fails here
         if args.dry_run:
             train, val = config.data.load()
             from jaxdebate.model import load_tokenizer
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             budget = check_prompts_fit(config, load_tokenizer(config.model.source), train, val)
             print(f"config ok: {args.config} -> {workdir}; {len(train)} training items, {len(val)} validation "
                   f"items, every round-1 prompt within {budget} tokens; up to {config.samples_per_step} "
-                  f"training samples per step; sampler backend {backend}")
+                  f"training samples per step; {describe(config.sampler, backend, why)}")
             return EXIT_OK
         from jaxdebate.checkpoint import latest_step
         from jaxdebate.rl.trainer import train as run_training

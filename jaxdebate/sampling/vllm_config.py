@@ -17,7 +17,7 @@ from jaxdebate.errors import ConfigError
 #: ``processed_logprobs`` is ``log_softmax(logits / temperature)`` (before top-p when top_p == 1),
 #: the Sampler convention; ``raw_logprobs`` is ``log_softmax(logits)`` (temperature ignored).
 LogprobsMode = Literal["processed_logprobs", "raw_logprobs"]
-Dtype = Literal["bfloat16", "float32", "float16"]
+Dtype = Literal["auto", "bfloat16", "float32", "float16"]
 
 _SECTION = "sampler.vllm"
 
@@ -32,16 +32,20 @@ class VLLMConfig:
     (it must run with ``VLLM_SERVER_DEV_MODE=1`` and see ``sync_dir`` for weight updates, and it is
     not restarted on failure; ``VLLM_API_KEY`` in the environment, if set, is sent as its bearer key).
     A server jaxdebate starts answers only requests with a random per-start key (all endpoints but
-    ``/health``; see :mod:`jaxdebate.sampling.vllm_guard`), and its sync and socket dirs are 0700. ``dtype`` is both the served precision and the export precision of
-    weight syncs. ``kv_cache_gib`` sets ``VLLM_CPU_KVCACHE_SPACE`` (CPU) or is ignored on GPU.
-    ``max_model_len``/``max_num_seqs`` 0 keep vLLM's defaults. ``sync_dir`` empty: ``/dev/shm`` when
-    present, else the run's workdir. ``max_restarts`` bounds restarts of a dead server within one
-    call; ``max_concurrency`` bounds concurrent HTTP requests. ``extra_args`` go to vLLM verbatim.
+    ``/health``; see :mod:`jaxdebate.sampling.vllm_guard`); its sync and socket dirs are 0700.
+
+    ``dtype`` is both the served precision and the export precision of weight syncs; ``auto`` picks
+    bfloat16 on a GPU or a CPU with AVX-512 bf16/AMX, else float32
+    (:func:`jaxdebate.sampling.hardware.vllm_dtype`). ``kv_cache_gib`` sets
+    ``VLLM_CPU_KVCACHE_SPACE`` (CPU) or is ignored on GPU. ``max_model_len``/``max_num_seqs`` 0 keep
+    vLLM's defaults. ``sync_dir`` empty: ``/dev/shm`` when present, else the run's workdir.
+    ``max_restarts`` bounds restarts of a dead server within one call; ``max_concurrency`` bounds
+    concurrent HTTP requests. ``extra_args`` go to vLLM verbatim.
     """
 
     url: str = ""
     python: str = ".venv-vllm/bin/python"
-    dtype: Dtype = "bfloat16"
+    dtype: Dtype = "auto"
     enforce_eager: bool = True
     kv_cache_gib: int = 2
     max_model_len: int = 0
@@ -90,6 +94,15 @@ class VLLMConfig:
             if (base / path).exists():
                 return (base / path).absolute()
         return (repo_root() / path).absolute()
+
+    def resolved(self) -> tuple[VLLMConfig, str]:
+        """This config with ``dtype='auto'`` replaced by the machine's choice, and the reason."""
+        from jaxdebate.sampling.hardware import is_cpu_build, vllm_dtype
+
+        external = bool(self.url)
+        cpu = not external and is_cpu_build(self.python_path())
+        dtype, why = vllm_dtype(self.dtype, external=external, cpu_build=cpu)
+        return dataclasses.replace(self, dtype=dtype), why
 
     def installed(self) -> bool:
         """True when this config can reach a server: a URL, or an existing server interpreter."""

