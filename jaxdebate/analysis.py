@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from jaxdebate.metrics import METRICS_FILE, read_metrics
+from jaxdebate.stats import permutation_anova, t_interval, two_proportion_test, wilson_interval
 
 # Metric names written by the trainer (jaxdebate.rl.trainer) that the comparison plots use.
 REWARD_RAW = "train/reward/raw/mean"
@@ -342,13 +343,11 @@ def write_plots(sweep_dir: str | Path, out_dir: str | Path | None = None) -> lis
 
 
 # t quantiles (two-sided 95%) for the seed-level interval of a strategy's mean
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
 def run_summary(run: Run) -> dict[str, Any]:
     """One run's row of ``summary.json``: held-out accuracy at the first and last validation (with
     the items counted and a two-proportion test between them), steps, status and wall time."""
-    from jaxdebate.stats import two_proportion_test, wilson_interval
 
     steps, values = run.series(VAL_DEBATE)
     items = [_number(r.get("val/items")) for r in run.records if VAL_DEBATE in r]
@@ -356,6 +355,7 @@ def run_summary(run: Run) -> dict[str, Any]:
     row: dict[str, Any] = {
         "strategy": run.strategy, "seed": run.seed, "status": run.state.get("status", "unknown"),
         "steps": int(last_step), "wall_time_s": run.state.get("wall_time_s"),
+        "step_time_s": _step_time(run.records),
         "initial_accuracy": float(values[0]) if len(values) and steps[0] == 0 else None,
         "final_accuracy": float(values[-1]) if len(values) and steps[-1] > 0 else None,
         "final_step": int(steps[-1]) if len(values) else None,
@@ -369,44 +369,90 @@ def run_summary(run: Run) -> dict[str, Any]:
     return row
 
 
+def _step_time(records: Sequence[dict[str, Any]]) -> float | None:
+    """The sum of ``time/step`` over a run's steps (the last record of each step counts): its
+    training time, which unlike the sweep's wall clock survives a killed and resumed attempt."""
+    last = {r["step"]: _number(r.get("time/step")) for r in records if "step" in r and "time/step" in r}
+    times = [t for t in last.values() if t is not None]
+    return float(sum(times)) if times else None
+
+
 def strategy_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per strategy over its finished seeds: final held-out accuracy mean with a t 95% interval over
-    seeds, the mean gain over the initial accuracy, and the mean wall time."""
+    seeds, the mean gain over the initial accuracy, and the mean training time (sum of step times)."""
     out = []
     for strategy in dict.fromkeys(r["strategy"] for r in rows):
         done = [r for r in rows if r["strategy"] == strategy and r["final_accuracy"] is not None]
         finals = np.array([r["final_accuracy"] for r in done])
         gains = np.array([r["final_accuracy"] - r["initial_accuracy"] for r in done
                           if r["initial_accuracy"] is not None])
-        walls = [r["wall_time_s"] for r in done if r.get("wall_time_s")]
+        walls = [r["step_time_s"] for r in done if r.get("step_time_s")]
         entry: dict[str, Any] = {"strategy": strategy, "seeds": len(done), "final_accuracy": None, "ci95": None,
                                  "gain": float(gains.mean()) if len(gains) else None,
-                                 "wall_time_min": float(np.mean(walls)) / 60 if walls else None}
+                                 "train_time_min": float(np.mean(walls)) / 60 if walls else None}
         if len(finals):
-            mean = float(finals.mean())
-            half = _T975.get(len(finals) - 1, 1.96) * float(finals.std(ddof=1)) / math.sqrt(len(finals)) \
-                if len(finals) > 1 else float("nan")
-            entry.update(final_accuracy=mean, ci95=[mean - half, mean + half] if len(finals) > 1 else None)
+            interval = t_interval(finals.tolist())
+            entry.update(final_accuracy=float(finals.mean()), ci95=list(interval) if interval else None)
         out.append(entry)
     return out
 
 
+def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity") -> dict[str, Any]:
+    """Do the strategies differ? Over the finished runs' final held-out accuracies: a permutation
+    one-way ANOVA across strategies, and each strategy minus ``baseline`` on the same seeds (same
+    data order and sampling seeds, so paired) with a t 95% interval of the mean difference."""
+    finals: dict[str, dict[int, float]] = {}
+    for r in rows:
+        if r["final_accuracy"] is not None:
+            finals.setdefault(r["strategy"], {})[r["seed"]] = r["final_accuracy"]
+    out: dict[str, Any] = {"baseline": baseline, "anova_f": None, "anova_permutation_p": None, "vs_baseline": []}
+    groups = [list(v.values()) for v in finals.values() if v]
+    if len(groups) >= 2 and sum(map(len, groups)) > len(groups):
+        out["anova_f"], out["anova_permutation_p"] = permutation_anova(groups)
+    base = finals.get(baseline, {})
+    for strategy, by_seed in finals.items():
+        if strategy == baseline:
+            continue
+        seeds = sorted(set(by_seed) & set(base))
+        diffs = [by_seed[k] - base[k] for k in seeds]
+        interval = t_interval(diffs)
+        out["vs_baseline"].append({
+            "strategy": strategy, "seeds": seeds, "mean_difference": float(np.mean(diffs)) if diffs else None,
+            "ci95": list(interval) if interval else None,
+        })
+    return out
+
+
+def format_comparison(comparison: dict[str, Any]) -> str:
+    """The comparison as markdown: the ANOVA line and the paired differences to the baseline."""
+    p = comparison["anova_permutation_p"]
+    lines = [f"Across strategies (permutation one-way ANOVA on final accuracy): "
+             + ("n/a" if p is None else f"F = {comparison['anova_f']:.2f}, p = {p:.3f}"), "",
+             f"| strategy − {comparison['baseline']} (same seed) | seeds | mean difference | 95% CI |",
+             "|---|---|---|---|"]
+    for c in comparison["vs_baseline"]:
+        diff = "-" if c["mean_difference"] is None else f"{c['mean_difference']:+.3f}"
+        ci = "-" if not c["ci95"] else f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]"
+        lines.append(f"| {c['strategy']} | {len(c['seeds'])} | {diff} | {ci} |")
+    return "\n".join(lines)
+
+
 def format_strategy_table(table: Sequence[dict[str, Any]]) -> str:
     """The strategy table as markdown."""
-    lines = ["| strategy | seeds | final held-out accuracy (mean) | 95% CI over seeds | gain vs step 0 | wall time / run |",
+    lines = ["| strategy | seeds | final held-out accuracy (mean) | 95% CI over seeds | gain vs step 0 | step time / run |",
              "|---|---|---|---|---|---|"]
     for t in table:
         acc = "-" if t["final_accuracy"] is None else f"{t['final_accuracy']:.3f}"
         ci = "-" if not t["ci95"] else f"[{t['ci95'][0]:.3f}, {t['ci95'][1]:.3f}]"
         gain = "-" if t["gain"] is None else f"{t['gain']:+.3f}"
-        wall = "-" if t["wall_time_min"] is None else f"{t['wall_time_min']:.1f} min"
+        wall = "-" if t["train_time_min"] is None else f"{t['train_time_min']:.1f} min"
         lines.append(f"| {t['strategy']} | {t['seeds']} | {acc} | {ci} | {gain} | {wall} |")
     return "\n".join(lines)
 
 
 def export_results(sweep_dir: str | Path, out_dir: str | Path) -> Path:
-    """Write a sweep's small artefacts (no checkpoints) to ``out_dir``: ``summary.json`` (``runs``
-    and the per-strategy ``table``), ``table.md``, every run's ``metrics.jsonl`` and config, and the
+    """Write a sweep's small artefacts (no checkpoints) to ``out_dir``: ``summary.json`` (``runs``,
+    the per-strategy ``table`` and the ``comparison`` of strategies), ``table.md``, every run's ``metrics.jsonl`` and config, and the
     PNG plots."""
     import shutil
 
@@ -417,8 +463,10 @@ def export_results(sweep_dir: str | Path, out_dir: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     rows = [run_summary(r) for r in runs]
     table = strategy_table(rows)
-    (out / "summary.json").write_text(json.dumps({"runs": rows, "table": table}, indent=2) + "\n")
-    (out / "table.md").write_text(format_strategy_table(table) + "\n")
+    comparison = compare_strategies(rows)
+    (out / "summary.json").write_text(
+        json.dumps({"runs": rows, "table": table, "comparison": comparison}, indent=2) + "\n")
+    (out / "table.md").write_text(format_strategy_table(table) + "\n\n" + format_comparison(comparison) + "\n")
     for run in runs:
         dest = out / "runs" / run.name
         dest.mkdir(parents=True, exist_ok=True)
@@ -447,7 +495,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {path}")
     if args.results:
         out = export_results(args.sweep_dir, args.results)
-        print(format_strategy_table(json.loads((out / "summary.json").read_text())["table"]))
+        summary = json.loads((out / "summary.json").read_text())
+        print(format_strategy_table(summary["table"]))
+        print(format_comparison(summary["comparison"]))
         print(f"wrote {out}")
     return 0
 

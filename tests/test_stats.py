@@ -38,3 +38,33 @@ def test_mcnemar_exact():
     assert mcnemar_test(10, 2) == mcnemar_test(2, 10)
     scipy_stats = pytest.importorskip("scipy.stats")
     assert mcnemar_test(4, 15) == pytest.approx(scipy_stats.binomtest(4, 19, 0.5).pvalue)
+
+
+def test_t_interval_known_values():
+    from jaxdebate.stats import t_interval
+
+    assert t_interval([0.5]) is None
+    low, high = t_interval([0.40, 0.45, 0.50])  # mean 0.45, sd 0.05, t(2) = 4.303
+    assert low == pytest.approx(0.45 - 4.303 * 0.05 / math.sqrt(3)) and high == pytest.approx(0.45 + 4.303 * 0.05 / math.sqrt(3))
+    low, high = t_interval([0.1] * 50)  # beyond the table: no spread, no width
+    assert low == pytest.approx(0.1) and high == pytest.approx(0.1)
+
+
+def test_permutation_anova_against_scipy_and_by_construction():
+    from jaxdebate.stats import permutation_anova
+
+    groups = [[0.47, 0.41, 0.43], [0.32, 0.35, 0.30], [0.41, 0.38, 0.44], [0.33, 0.36, 0.35], [0.40, 0.37, 0.39]]
+    f, p = permutation_anova(groups, permutations=20000, seed=1)
+    assert permutation_anova(groups, permutations=20000, seed=1) == (f, p)  # seeded
+    same = [[0.4, 0.5, 0.45]] * 4
+    assert permutation_anova(same, permutations=2000)[1] > 0.5  # identical groups: nothing to find
+    apart = [[0.1, 0.11, 0.12], [0.9, 0.91, 0.92]]
+    assert permutation_anova(apart, permutations=2000)[1] <= 0.2  # only 20 distinct splits of 6 values
+    with pytest.raises(ValueError):
+        permutation_anova([[0.1, 0.2]])
+    with pytest.raises(ValueError):
+        permutation_anova([[0.1], [0.2]])
+    scipy_stats = pytest.importorskip("scipy.stats")
+    reference = scipy_stats.f_oneway(*groups)
+    assert f == pytest.approx(reference.statistic)
+    assert abs(p - reference.pvalue) < 0.03  # permutation and F-distribution p agree on such data

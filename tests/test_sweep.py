@@ -114,7 +114,14 @@ def test_summary_table_and_plots(sweep):
         assert 0 <= r["final_accuracy"] <= 1 and r["initial_accuracy"] is None  # no validation at step 0 here
         assert (results / "runs" / f"{r['strategy']}-seed0" / "metrics.jsonl").is_file()
     assert [t["strategy"] for t in summary["table"]] == STRATEGIES and all(t["seeds"] == 1 for t in summary["table"])
-    assert (results / "table.md").read_text().count("\n| ") == 5  # a row per strategy below header and rule
+    strategy_rows = (results / "table.md").read_text().split("\n\n")[0]
+    assert strategy_rows.count("\n| ") == 5  # a row per strategy below header and rule
+    assert all(r["step_time_s"] > 0 for r in summary["runs"]) and all(t["train_time_min"] > 0 for t in summary["table"])
+    comparison = summary["comparison"]  # one seed per strategy: differences but no intervals or test
+    assert comparison["baseline"] == "identity" and comparison["anova_permutation_p"] is None
+    assert [c["strategy"] for c in comparison["vs_baseline"]] == STRATEGIES[1:]
+    assert all(c["seeds"] == [0] and c["ci95"] is None for c in comparison["vs_baseline"])
+    assert "permutation one-way ANOVA" in (results / "table.md").read_text()
     assert sorted(p.name for p in (results / "plots").iterdir()) == sorted(p.name for p in paths)
 
 
