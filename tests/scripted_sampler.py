@@ -66,3 +66,46 @@ class ScriptedSampler:
 
     def close(self) -> None:
         pass
+
+
+class StreamingScriptedSampler(ScriptedSampler):
+    """The scripted sampler as a StreamingSampler: each submitted request is answered on a thread
+    after ``delay(b, g, a, r)`` seconds (of its first turn); ``events`` logs ("submit"|"done", key, t)."""
+
+    def __init__(self, *args, delay: Callable[[int, int, int, int], float], **kwargs) -> None:
+        import concurrent.futures
+        import threading
+
+        super().__init__(*args, **kwargs)
+        self.delay = delay
+        self.events: list[tuple[str, tuple[int, int, int, int], float]] = []
+        self._events_lock = threading.Lock()
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=64)
+
+    def _log(self, kind: str, key) -> None:
+        import time
+
+        with self._events_lock:
+            self.events.append((kind, key, time.perf_counter()))
+
+    def _key(self, p: SamplingParams):
+        if p.seed in self._first:
+            return (self._first[p.seed][0], 0, 0, 0)
+        return self._later[p.seed]
+
+    def submit(self, prompt, params: SamplingParams):
+        import time
+
+        key = self._key(params)
+        self._log("submit", key)
+
+        def run():
+            time.sleep(self.delay(*key))
+            (result,) = self.generate([prompt], [params])
+            self._log("done", key)
+            return result
+
+        return self._pool.submit(run)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)

@@ -330,3 +330,47 @@ def test_answer_line_protocol_prompts_and_extraction(tokenizer, grader):
     assert [t.answer for t in batch.turns if t.index[3] == 0] == ["5", "6"]
     boxed_batch, _ = play(tokenizer, grader, respond, items=items, G=1, config=DebateConfig(num_agents=2, num_rounds=2))
     assert boxed_batch.correct[0, 0, :, 0].tolist() == [0.0, 0.0]  # "marked" finds no answer in "2 + 3 = 5"
+
+
+# -- issue 12 item 2: no round barrier across the batch with a streaming sampler
+
+
+def test_a_streaming_sampler_plays_each_rollout_at_its_own_pace(tokenizer, grader):
+    """Item 0's round-1 answers are slow; item 1's rollouts play all three rounds meanwhile. The batch
+    equals the round-by-round one (seeds are per request), early stops included."""
+    from scripted_sampler import StreamingScriptedSampler
+
+    from jaxdebate.sampling.base import StreamingSampler
+
+    items = [Item(f"q/{i}", f"Compute ${i} + {i}$.", str(2 * i), "math_debate") for i in range(3)]
+    config = DebateConfig(num_rounds=3, early_stop_on_consensus=True)
+    G, A, R = 2, 3, 3
+
+    def respond(b, g, a, r, prompt):
+        if g == 1 and b == 2:  # consensus in round 1: this rollout stops early
+            return boxed(2 * b)
+        return boxed(2 * b + (a + r) % 2)
+
+    def delay(b, g, a, r):
+        return 0.8 if (b, r) == (0, 0) else 0.01
+
+    wave = ScriptedSampler(tokenizer, respond, seed=SEED, shape=(3, G, A, R))
+    stream = StreamingScriptedSampler(tokenizer, respond, seed=SEED, shape=(3, G, A, R), delay=delay)
+    assert isinstance(stream, StreamingSampler) and not isinstance(wave, StreamingSampler)
+    kwargs = dict(config=config, n_rollouts=G, sampling=SAMPLING, grader=grader, seed=SEED)
+    try:
+        expected = run_debates(wave, tokenizer, items, **kwargs)
+        got = run_debates(stream, tokenizer, items, **kwargs)
+    finally:
+        stream.close()
+
+    for name in ("correct", "votes", "gold", "active"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(expected, name), err_msg=name)
+    assert got.turns == expected.turns
+    assert got.stats["early_stops"] == expected.stats["early_stops"] == 1
+    assert not got.active[2, 1, :, 1:].any() and got.active[1].all()
+    slow_done = next(t for kind, key, t in stream.events if kind == "done" and key == (0, 0, 0, 0))
+    item1_last_round = [t for kind, key, t in stream.events if kind == "submit" and key[0] == 1 and key[3] == 2]
+    assert len(item1_last_round) == G * A and max(item1_last_round) < slow_done  # no barrier
+    assert got.stats["sampler_calls"] == 3 + (3 * G - 1) * A * (R - 1)  # one per request
+    assert expected.stats["sampler_calls"] == R and 1 <= got.stats["mean_in_flight"] <= 3 * G * A

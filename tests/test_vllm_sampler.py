@@ -358,6 +358,20 @@ def test_bad_requests_are_clear_errors(sampler, prompts):
     assert len(near.token_ids) == 4 and near.finish_reason == "length"
 
 
+def test_submit_answers_like_a_one_prompt_generate(sampler, prompts):
+    """The streaming interface the debate protocol uses: same seeds, same samples as generate."""
+    from jaxdebate.sampling.base import StreamingSampler
+
+    assert isinstance(sampler, StreamingSampler)
+    sp = SamplingParams(temperature=1.0, max_tokens=8, n=2, seed=5)
+    futures = [sampler.submit(p, sp) for p in prompts[:3]]
+    for p, future in zip(prompts[:3], futures):
+        got = future.result(timeout=300)
+        want = sampler.generate([p], sp)[0]
+        assert [c.token_ids for c in got] == [c.token_ids for c in want] and len(got) == 2
+        assert all(c.weight_version == sampler.weight_version for c in got)
+
+
 def test_the_server_answers_only_its_owner(sampler, model, prompts, ref, tmp_path):
     """Issue 14 item 9: the dev endpoints (``/collective_rpc`` can reload weights from any path) and
     the OpenAI routes need the per-start key; ``/health`` stays open; the key is in no argv or log."""

@@ -1,16 +1,20 @@
 """The debate protocol (DESIGN §3): play a batch of items × G rollouts, round by round.
 
-Every round of the whole batch is ONE ``sampler.generate`` call. Round 1 prompts are identical for an
-item's rollouts and agents, so they are one prompt with ``n = G × A``; later rounds have one prompt per
-(rollout, agent). Each request gets a seed derived from ``(seed, b, round[, g, a])``, so a batch is
-reproducible with any Sampler that honours seeds.
+Round 1 prompts are identical for an item's rollouts and agents, so they are one request with
+``n = G × A``; later rounds have one request per (rollout, agent). A streaming sampler (the vLLM
+server) gets each request as soon as it is runnable: a rollout's next round starts as soon as its own
+agents have answered. Other samplers get one ``generate`` call per round of the whole batch. Each
+request gets a seed derived from ``(seed, b, round[, g, a])``, so a batch is reproducible with any
+Sampler that honours seeds.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -23,7 +27,7 @@ from jaxdebate.debate.envs import make_env, route
 from jaxdebate.debate.fitting import debate_prompt, first_prompt
 from jaxdebate.debate.grading import Grader
 from jaxdebate.errors import ConfigError, DataError, SamplerError
-from jaxdebate.sampling.base import Completion, Sampler, SamplingParams
+from jaxdebate.sampling.base import Completion, Sampler, SamplingParams, StreamingSampler
 
 
 def derive_seed(seed: int, *path: int) -> int:
@@ -39,6 +43,49 @@ def _generate(sampler: Sampler, prompts: list[list[int]], params: list[SamplingP
         if len(result) != p.n:
             raise SamplerError(f"the sampler returned {len(result)} completions for prompt {k}, asked for n={p.n}")
     return results
+
+
+class _Request(NamedTuple):
+    prompt: list[int]
+    params: SamplingParams
+    keys: tuple[tuple[int, int, int, int], ...]  # the turns (b, g, a, r) its n completions fill, in order
+
+
+def _drive(sampler: Sampler, ready: list[_Request], advance, stats: dict) -> None:
+    """Sample until no request is left; ``advance(finished)`` turns answers into the next requests.
+
+    A :class:`StreamingSampler` gets every request as soon as it is runnable, so a debate's next round
+    starts when its own agents have answered (no barrier across the batch); any other sampler gets
+    one ``generate`` call per wave of runnable requests (round by round). The seeds are per request,
+    so the order of completion changes nothing. Records ``sampling_seconds`` (waiting for the
+    sampler), ``sampler_calls`` and ``mean_in_flight``: sequences in flight, averaged over that time.
+    """
+    streaming = isinstance(sampler, StreamingSampler)
+    inflight: dict[concurrent.futures.Future, _Request] = {}
+    sequence_seconds = 0.0
+    try:
+        while ready or inflight:
+            start = time.perf_counter()
+            if streaming:
+                for request in ready:
+                    inflight[sampler.submit(request.prompt, request.params)] = request
+                stats["sampler_calls"] += len(ready)
+                sequences = sum(r.params.n for r in inflight.values())
+                done, _ = concurrent.futures.wait(inflight, return_when=concurrent.futures.FIRST_COMPLETED)
+                finished = sorted(((inflight.pop(f), f.result()) for f in done), key=lambda x: x[0].keys[0])
+            else:
+                sequences = sum(r.params.n for r in ready)
+                results = _generate(sampler, [r.prompt for r in ready], [r.params for r in ready])
+                stats["sampler_calls"] += 1
+                finished = list(zip(ready, results))
+            seconds = time.perf_counter() - start
+            stats["sampling_seconds"] += seconds
+            sequence_seconds += sequences * seconds
+            ready = advance(finished)
+    finally:
+        for future in inflight:
+            future.cancel()
+    stats["mean_in_flight"] = sequence_seconds / max(stats["sampling_seconds"], 1e-9)
 
 
 def run_debates(
@@ -96,47 +143,48 @@ def run_debates(
              "trimmed_prompts": 0, "trimmed_answers": 0}
     grading_before = grader.stats
 
-    for r in range(R):
-        prompts, params, targets = [], [], []
-        for b, (item, env) in enumerate(zip(items, envs)):
-            if r >= env.num_rounds:
-                continue
-            if r == 0:
-                prompts.append(list(first_ids[b]))
-                params.append(dataclasses.replace(sampling, n=G * env.num_agents, seed=derive_seed(seed, b, 0)))
-                targets.append([(b, g, a, 0) for g in range(G) for a in range(env.num_agents)])
-                continue
-            for g in range(G):
-                if not alive[b, g]:
-                    continue
-                previous = [completions[(b, g, j, r - 1)].text for j in range(env.num_agents)]
-                for a in range(env.num_agents):
-                    others = [(j, previous[j]) for j in range(env.num_agents) if j != a]
-                    ids, trimmed = debate_prompt(env, item, tokenizer, previous[a], others, budget)
-                    key = (b, g, a, r)
-                    prompts_of[key], trims[key] = tuple(ids), trimmed
-                    stats["trimmed_prompts"] += bool(trimmed)
-                    stats["trimmed_answers"] += trimmed
-                    prompts.append(ids)
-                    params.append(dataclasses.replace(sampling, n=1, seed=derive_seed(seed, b, r, g, a)))
-                    targets.append([key])
-        if not prompts:
-            break
-        start = time.perf_counter()
-        results = _generate(sampler, prompts, params)
-        stats["sampler_calls"] += 1
-        stats["sampling_seconds"] += time.perf_counter() - start
-        for keys, result in zip(targets, results):
-            for key, completion in zip(keys, result):
+    def first_request(b: int) -> _Request:  # round 1: one prompt for all rollouts and agents
+        n = G * envs[b].num_agents
+        return _Request(list(first_ids[b]), dataclasses.replace(sampling, n=n, seed=derive_seed(seed, b, 0)),
+                        tuple((b, g, a, 0) for g in range(G) for a in range(envs[b].num_agents)))
+
+    def later_requests(b: int, g: int, r: int) -> list[_Request]:  # round r > 1 of rollout (b, g)
+        env, out = envs[b], []
+        previous = [completions[(b, g, j, r - 1)].text for j in range(env.num_agents)]
+        for a in range(env.num_agents):
+            others = [(j, previous[j]) for j in range(env.num_agents) if j != a]
+            ids, trimmed = debate_prompt(env, items[b], tokenizer, previous[a], others, budget)
+            key = (b, g, a, r)
+            prompts_of[key], trims[key] = tuple(ids), trimmed
+            stats["trimmed_prompts"] += bool(trimmed)
+            stats["trimmed_answers"] += trimmed
+            out.append(_Request(ids, dataclasses.replace(sampling, n=1, seed=derive_seed(seed, b, r, g, a)), (key,)))
+        return out
+
+    waiting: dict[tuple[int, int, int], int] = {}  # (b, g, round) -> agents yet to answer
+
+    def advance(finished: list[tuple[_Request, list[Completion]]]) -> list[_Request]:
+        """Record answers; the next round of every rollout whose agents have all answered."""
+        rounds_done = []
+        for request, result in finished:
+            for key, completion in zip(request.keys, result):
                 completions[key] = completion
                 answers[key] = extract_answer(completion.text, config.extraction)
                 active[key] = True
                 if key[3] == 0:
                     prompts_of[key] = first_ids[key[0]]
-        if config.early_stop_on_consensus and r + 1 < R:
+                unit = (key[0], key[1], key[3])
+                waiting[unit] = waiting.get(unit, envs[key[0]].num_agents) - 1
+                if waiting[unit] == 0:
+                    rounds_done.append(unit)
+        going_on = [(b, g, r) for b, g, r in sorted(rounds_done) if r + 1 < envs[b].num_rounds]
+        if config.early_stop_on_consensus and going_on:
             start = time.perf_counter()
-            _early_stop(items, envs, answers, alive, r, G, grader, stats)
+            _early_stop(going_on, envs, answers, alive, grader, stats)
             stats["grading_seconds"] += time.perf_counter() - start
+        return [req for b, g, r in going_on if alive[b, g] for req in later_requests(b, g, r + 1)]
+
+    _drive(sampler, [first_request(b) for b in range(B)], advance, stats)
 
     start = time.perf_counter()
     order = [[key for key in sorted(answers) if key[0] == b] for b in range(B)]
@@ -175,20 +223,16 @@ def run_debates(
     )
 
 
-def _early_stop(items, envs, answers, alive, r, G, grader: Grader, stats) -> None:
-    """End the rollouts whose agents all gave equivalent answers in round r (consensus)."""
+def _early_stop(units, envs, answers, alive, grader: Grader, stats) -> None:
+    """End the rollouts ``(b, g)`` whose agents all gave equivalent answers in round ``r`` (consensus);
+    ``units`` holds the ``(b, g, r)`` that just finished a round and have another one to play."""
     candidates, checks = [], []
-    for b, env in enumerate(envs):
-        if r + 1 >= env.num_rounds:
+    for b, g, r in units:
+        round_answers = [answers[(b, g, a, r)] for a in range(envs[b].num_agents)]
+        if any(x is None for x in round_answers):
             continue
-        for g in range(G):
-            if not alive[b, g]:
-                continue
-            round_answers = [answers[(b, g, a, r)] for a in range(env.num_agents)]
-            if any(x is None for x in round_answers):
-                continue
-            candidates.append((b, g, len(round_answers) - 1))
-            checks.extend((round_answers[0], x) for x in round_answers[1:])
+        candidates.append((b, g, len(round_answers) - 1))
+        checks.extend((round_answers[0], x) for x in round_answers[1:])
     flags = iter(grader.equivalent_many(checks) if checks else [])
     for b, g, count in candidates:
         if all([next(flags) for _ in range(count)]):

@@ -37,7 +37,7 @@ from jaxdebate.sampling.factory import make_sampler
 CONFIG_FILE = "config.json"
 UNREADABLE_DIR = "unreadable_checkpoints"  # damaged checkpoint steps are moved here on resume, not deleted
 # Keys that vary between otherwise identical runs (wall-clock), excluded when comparing metrics.
-NONDETERMINISTIC_PREFIXES = ("time", "time/", "throughput/")
+NONDETERMINISTIC_PREFIXES = ("time", "time/", "throughput/", "sampler/concurrency")
 
 
 def _copy_tree(tree):
@@ -350,6 +350,7 @@ class Trainer:
         turns = max(len(batch.turns), 1)
         m["train/no_answer_fraction"] = batch.stats.get("no_answer", 0) / turns
         m["train/completion_tokens_mean"] = batch.stats.get("completion_tokens", 0) / turns
+        m["sampler/concurrency"] = float(batch.stats.get("mean_in_flight", 0.0))
         m["train/advantage_abs_mean"] = float(np.abs(adv[active]).mean()) if active.any() else 0.0
         m.update({f"learner/{k}": v for k, v in lmetrics.items()})
         m["learner/updated"] = float(bool(samples))

@@ -1,9 +1,9 @@
 """Samplers (DESIGN §6): one interface (:mod:`jaxdebate.sampling.base`), an in-process JAX backend and
 a vLLM server backend (``jaxdebate.sampling.vllm_sampler``, imported on demand)."""
 
-from jaxdebate.sampling.base import Completion, Sampler, SamplingParams, per_prompt_params
+from jaxdebate.sampling.base import Completion, Sampler, SamplingParams, StreamingSampler, per_prompt_params
 
-__all__ = ["Completion", "JaxSampler", "Sampler", "SamplingParams", "per_prompt_params"]
+__all__ = ["Completion", "JaxSampler", "Sampler", "SamplingParams", "StreamingSampler", "per_prompt_params"]
 
 
 def __getattr__(name: str):

@@ -8,6 +8,7 @@ before top-p truncation; for ``temperature == 0`` (greedy) it is ``log_softmax(l
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -100,6 +101,18 @@ class Sampler(Protocol):
 
     def close(self) -> None:
         """Release processes, threads and device memory held by the sampler."""
+        ...
+
+
+@runtime_checkable
+class StreamingSampler(Sampler, Protocol):
+    """A Sampler that also takes requests one at a time and answers each as soon as it is done, so
+    that a caller can keep it busy (the debate protocol starts a debate's next round as soon as that
+    debate's agents have answered, instead of waiting for the slowest debate of the batch)."""
+
+    def submit(self, prompt: Sequence[int], params: SamplingParams) -> concurrent.futures.Future:
+        """Start sampling ``params.n`` completions of one prompt; the future holds their list.
+        Seeded exactly like a one-prompt :meth:`generate` call."""
         ...
 
 

@@ -224,31 +224,38 @@ class VLLMSampler:
         with self._lock.read():
             version = self._version
             bodies = [self._body(i, p, sp) for i, (p, sp) in enumerate(zip(prompts, per_prompt))]
-            results: list[list[Completion] | None] = [None] * len(bodies)
-            pending = list(range(len(bodies)))
-            failures = 0
-            while pending:
-                epoch = self.server.starts
-                futures = {i: self._pool.submit(self.server.request, "/v1/completions", bodies[i])
-                           for i in pending}
-                lost, error = [], None
-                for i, future in futures.items():
-                    try:
-                        results[i] = self._parse(i, future.result(), per_prompt[i], version)
-                    except ServerUnavailable as e:
-                        lost.append(i)
-                        error = error or e
-                pending = lost
-                if pending:
-                    failures += 1
-                    if failures > self.config.max_restarts:
-                        raise SamplerError(
-                            f"{len(pending)} of {len(bodies)} vLLM requests failed after "
-                            f"{self.config.max_restarts} restart(s) (sampler.vllm.max_restarts): {error}\n"
-                            f"last lines of {self.server.log_path}:\n{self.server.log_tail()}"
-                        ) from error
-                    self._recover(error, epoch)
-        return results  # type: ignore[return-value]
+            futures = [self._pool.submit(self._complete, i, body, sp, version)
+                       for i, (body, sp) in enumerate(zip(bodies, per_prompt))]
+            return [f.result() for f in futures]
+
+    def submit(self, prompt: Sequence[int], params: SamplingParams) -> concurrent.futures.Future:
+        """One prompt as its own request (seeded like a one-prompt :meth:`generate`); the future holds
+        its ``n`` completions. A weight sync waits for submitted requests, as for ``generate``."""
+        self._check_open()
+        body = self._body(0, prompt, params)
+
+        def run() -> list[Completion]:
+            with self._lock.read():
+                return self._complete(0, body, params, self._version)
+
+        return self._pool.submit(run)
+
+    def _complete(self, index: int, body: dict[str, Any], sp: SamplingParams, version: int) -> list[Completion]:
+        """Send one completion request; after a lost request (server dead or silent) restart or wait
+        for the server and resend, at most ``max_restarts`` times."""
+        attempt = 0
+        while True:
+            epoch = self.server.starts
+            try:
+                return self._parse(index, self.server.request("/v1/completions", body), sp, version)
+            except ServerUnavailable as e:
+                if attempt == self.config.max_restarts:
+                    raise SamplerError(
+                        f"a vLLM request failed after {attempt} restart(s) (sampler.vllm.max_restarts): "
+                        f"{e}\nlast lines of {self.server.log_path}:\n{self.server.log_tail()}"
+                    ) from e
+                attempt += 1
+                self._recover(e, epoch)
 
     def update_weights(self, params: Any, version: int) -> None:
         """Serve ``params`` (a parameter tree, or an HF directory) from now on, as ``version``.
