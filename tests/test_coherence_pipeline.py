@@ -132,3 +132,34 @@ def test_cli_errors_are_one_line(smoke_run, capsys, tmp_path):
     assert "run the 'pairs' stage first" in capsys.readouterr().err
     assert main(["pairs", *args, "--set", "pairs.quality_gap=-0.5"]) == 2
     assert "pairs.quality_gap" in capsys.readouterr().err
+
+
+def test_answer_line_protocol_reaches_every_prompt_and_extraction(smoke_run, tmp_path):
+    """protocol=answer_line: arms, pairs and evaluation ask with the worked example and extract
+    numbers leniently; the 'seed' protocol's prompts are unchanged."""
+    from jaxdebate.coherence import arms as A
+    from jaxdebate.coherence.batching import encode_pairs
+    from jaxdebate.model import load_tokenizer
+
+    run, args = smoke_run
+    moved = list(args)
+    workdir = tmp_path / "answer_line"
+    moved[moved.index("--workdir") + 1] = str(workdir)
+    assert main(["collect", *moved, "--set", "protocol=answer_line"]) == 0
+    assert main(["pairs", *moved, "--set", "protocol=answer_line"]) == 0
+    records = jsonl.read_records(workdir / "rollouts.jsonl")
+    answers = [t["answer"] for rec in records for t in rec["trajectories"]]
+    assert set(answers) <= {"7", "8", None} and {"7", "8"} <= set(answers)
+
+    fmt = A.AnswerFormat.named("answer_line")
+    msgs = A.arm_messages(A.default_arms()[0], "Compute $2 + 2$.", fmt)
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert msgs[2]["content"] == "3 + 4 = 7\nAnswer: 7" and msgs[3]["content"].endswith("Answer: <number>")
+    assert fmt.extract("so 2 + 2 = 4") == "4" and A.SEED_FORMAT.extract("so 2 + 2 = 4") is None
+    assert A.canonical_messages("Q?") == [{"role": "user", "content": f"Q?\n\n{A.ANSWER_INSTRUCTION}"}]
+    tok = load_tokenizer("tiny")
+    pairs = jsonl.read_records(workdir / "pairs.jsonl")
+    assert pairs
+    seed_prompt = encode_pairs(pairs[:1], tok, 1024).pairs[0].prompt
+    line_prompt = encode_pairs(pairs[:1], tok, 1024, fmt).pairs[0].prompt
+    assert "3 + 4 = 7" in tok.decode(line_prompt) and "3 + 4 = 7" not in tok.decode(seed_prompt)

@@ -165,18 +165,54 @@ def transform_question(question: str, transform: str) -> str:
     raise ConfigError(f"unknown question transform {transform!r}; expected one of {TRANSFORMS}")
 
 
-def arm_messages(arm: Arm, question: str) -> list[dict[str, str]]:
+@dataclasses.dataclass(frozen=True)
+class AnswerFormat:
+    """How a prompt asks for the final answer and how the answer is found in a completion (the
+    ``protocol`` of the coherence config). It changes only the wording around the question and the
+    extraction, never the arms: ``seed`` is the pipeline's original instruction ('Answer: <number>'
+    line, marked extraction); ``answer_line`` is the debate protocol that SmolLM2-135M can follow (a
+    shorter instruction, one worked example before the question, lenient number extraction)."""
+
+    instruction: str = ANSWER_INSTRUCTION
+    example: tuple[str, str] | None = None  # (problem, worked solution) shown as a first exchange
+    extraction: str = "marked"
+
+    @classmethod
+    def named(cls, protocol: str) -> AnswerFormat:
+        if protocol == "seed":
+            return cls()
+        from jaxdebate.debate.protocols import protocol_fields
+
+        fields = protocol_fields(protocol)
+        example = (fields["example_problem"], fields["example_solution"]) if fields.get("example_problem") else None
+        return cls(fields["instruction"], example, fields.get("extraction", "marked"))
+
+    def messages(self, question: str, system: str | None = None) -> list[dict[str, str]]:
+        """System prompt (optional), the worked example (optional), then the question."""
+        out = [{"role": "system", "content": system}] if system else []
+        if self.example is not None:
+            out += [{"role": "user", "content": f"{self.example[0]}\n\n{self.instruction}"},
+                    {"role": "assistant", "content": self.example[1]}]
+        return out + [{"role": "user", "content": f"{question}\n\n{self.instruction}"}]
+
+    def extract(self, text: str | None) -> str | None:
+        from jaxdebate.debate.answers import extract_answer
+
+        return extract_answer(text, self.extraction)
+
+
+SEED_FORMAT = AnswerFormat()
+
+
+def arm_messages(arm: Arm, question: str, fmt: AnswerFormat = SEED_FORMAT) -> list[dict[str, str]]:
     """The chat messages an arm sends for a question: its persona as system prompt, the (transformed)
     question with the answer-format instruction as the user turn."""
-    return [
-        {"role": "system", "content": PERSONAS[arm.persona]},
-        {"role": "user", "content": f"{transform_question(question, arm.transform)}\n\n{ANSWER_INSTRUCTION}"},
-    ]
+    return fmt.messages(transform_question(question, arm.transform), system=PERSONAS[arm.persona])
 
 
-def canonical_messages(question: str) -> list[dict[str, str]]:
+def canonical_messages(question: str, fmt: AnswerFormat = SEED_FORMAT) -> list[dict[str, str]]:
     """The persona-free prompt used for DPO pairs and for evaluation (what the trained model must solve)."""
-    return [{"role": "user", "content": f"{question}\n\n{ANSWER_INSTRUCTION}"}]
+    return fmt.messages(question)
 
 
 def arm_seed(arm: Arm, question_index: int) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxdebate.coherence.arms import canonical_messages
+from jaxdebate.coherence.arms import SEED_FORMAT, AnswerFormat, canonical_messages
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,14 +38,15 @@ class Encoded:
     n_dropped: int
 
 
-def encode_pairs(pairs: Sequence[Mapping[str, Any]], tokenizer: Any, max_length: int) -> Encoded:
+def encode_pairs(pairs: Sequence[Mapping[str, Any]], tokenizer: Any, max_length: int,
+                 fmt: AnswerFormat = SEED_FORMAT) -> Encoded:
     """Tokenize pairs (see the module docstring for truncation and the end-of-turn token)."""
     out, index, truncated, dropped = [], [], 0, 0
     prompt_cache: dict[str, tuple[int, ...]] = {}
     for i, pair in enumerate(pairs):
         question = pair["question"]
         if question not in prompt_cache:
-            prompt_cache[question] = tuple(tokenizer.encode_chat(canonical_messages(question)))
+            prompt_cache[question] = tuple(tokenizer.encode_chat(canonical_messages(question, fmt)))
         prompt = prompt_cache[question]
         room = max_length - len(prompt)
         if room < 1:

@@ -21,23 +21,23 @@ from pathlib import Path
 from typing import Any
 
 from jaxdebate.coherence import jsonl
-from jaxdebate.coherence.arms import Arm, arm_messages, arm_seed, transform_question
+from jaxdebate.coherence.arms import SEED_FORMAT, AnswerFormat, Arm, arm_messages, arm_seed, transform_question
 from jaxdebate.coherence.config import CollectConfig, ScoreConfig
 from jaxdebate.coherence.scores import score_question
 from jaxdebate.data import Item
-from jaxdebate.debate.answers import extract_answer
 from jaxdebate.debate.classes import answer_classes_many
 from jaxdebate.sampling.base import Completion, Sampler, SamplingParams
 
 
 def requests(
-    batch: Sequence[tuple[int, Item]], arms: Sequence[Arm], tokenizer: Any, *, top_p: float, max_tokens: int
+    batch: Sequence[tuple[int, Item]], arms: Sequence[Arm], tokenizer: Any, *, top_p: float, max_tokens: int,
+    fmt: AnswerFormat = SEED_FORMAT,
 ) -> tuple[list[list[int]], list[SamplingParams]]:
     """Prompt token ids and SamplingParams for every (question, arm), question-major."""
     prompts, params = [], []
     for index, item in batch:
         for arm in arms:
-            prompts.append(tokenizer.encode_chat(arm_messages(arm, item.problem)))
+            prompts.append(tokenizer.encode_chat(arm_messages(arm, item.problem, fmt)))
             params.append(SamplingParams(
                 temperature=arm.temperature, top_p=top_p, max_tokens=max_tokens, n=1,
                 seed=arm_seed(arm, index),
@@ -51,13 +51,14 @@ def build_records(
     completions: Sequence[Completion],
     equivalent_many: Any,
     scores: ScoreConfig,
+    fmt: AnswerFormat = SEED_FORMAT,
 ) -> list[dict[str, Any]]:
     """Grade, group and score the completions of a batch (``len(batch) × len(arms)``, question-major)."""
     n_arms = len(arms)
     groups = []
     for q, (_, item) in enumerate(batch):
         texts = [c.text for c in completions[q * n_arms:(q + 1) * n_arms]]
-        groups.append(([extract_answer(t) for t in texts], item.answer))
+        groups.append(([fmt.extract(t) for t in texts], item.answer))
     classes = answer_classes_many(groups, equivalent_many)
     records = []
     for q, ((index, item), cls) in enumerate(zip(batch, classes)):
@@ -99,6 +100,7 @@ def collect(
     *,
     top_p: float = 1.0,
     max_tokens: int = 384,
+    fmt: AnswerFormat = SEED_FORMAT,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Sample, grade, score and append records for the items not yet in ``out_path``; return stats."""
@@ -119,11 +121,11 @@ def collect(
                dynamic_ncols=True)
     try:
         for batch in chunks:
-            prompts, params = requests(batch, arms, tokenizer, top_p=top_p, max_tokens=max_tokens)
+            prompts, params = requests(batch, arms, tokenizer, top_p=top_p, max_tokens=max_tokens, fmt=fmt)
             t0 = time.perf_counter()
             completions = [c[0] for c in sampler.generate(prompts, params)]
             t1 = time.perf_counter()
-            records = build_records(batch, arms, completions, grader.equivalent_many, score_cfg)
+            records = build_records(batch, arms, completions, grader.equivalent_many, score_cfg, fmt)
             stats["seconds_grading"] += time.perf_counter() - t1
             stats["seconds_sampling"] += t1 - t0
             new = [r for r in records if r["id"] not in done]

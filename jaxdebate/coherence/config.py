@@ -165,10 +165,14 @@ class EvalConfig(Section):
 @dataclasses.dataclass(frozen=True)
 class CoherenceConfig(Section):
     """The whole pipeline. ``workdir`` holds every artefact (the layout is listed in
-    :mod:`jaxdebate.coherence.pipeline`)."""
+    :mod:`jaxdebate.coherence.pipeline`). ``protocol`` is how every prompt (arms, DPO pairs,
+    evaluation) asks for the answer and how it is extracted (:class:`~jaxdebate.coherence.arms.AnswerFormat`):
+    ``seed`` (the original 'Answer: <number>' instruction) or ``answer_line`` (the debate protocol a
+    135M model can follow: one worked example, lenient number extraction)."""
 
     _name: ClassVar[str] = "coherence"
     workdir: str = "runs/coherence"
+    protocol: Literal["seed", "answer_line"] = "seed"
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     sampler: SamplerConfig = dataclasses.field(default_factory=lambda: SamplerConfig(max_new_tokens=384))
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
@@ -179,6 +183,12 @@ class CoherenceConfig(Section):
     dpo: DPOConfig = dataclasses.field(default_factory=DPOConfig)
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
     logging: LoggingConfig = dataclasses.field(default_factory=lambda: LoggingConfig(wandb_project="coherence-dpo"))
+
+    @property
+    def answer_format(self):
+        from jaxdebate.coherence.arms import AnswerFormat
+
+        return AnswerFormat.named(self.protocol)
 
     def validate(self) -> None:
         if not self.workdir.strip():

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from jaxdebate.coherence import jsonl
-from jaxdebate.coherence.arms import canonical_messages
+from jaxdebate.coherence.arms import SEED_FORMAT, AnswerFormat, canonical_messages
 from jaxdebate.data import Item
-from jaxdebate.debate.answers import extract_answer
 from jaxdebate.sampling.base import Sampler, SamplingParams
 
 
@@ -29,6 +28,7 @@ def evaluate(
     batch_size: int,
     label: str,
     temperature: float = 0.0,
+    fmt: AnswerFormat = SEED_FORMAT,
     progress: bool = True,
 ) -> list[dict[str, Any]]:
     """Answers of the sampler's current weights for ``items`` (greedy at ``temperature`` 0); returns
@@ -44,9 +44,9 @@ def evaluate(
     try:
         for start in range(0, len(todo), batch_size):
             batch = todo[start:start + batch_size]
-            prompts = [tokenizer.encode_chat(canonical_messages(it.problem)) for it in batch]
+            prompts = [tokenizer.encode_chat(canonical_messages(it.problem, fmt)) for it in batch]
             completions = [c[0] for c in sampler.generate(prompts, params)]
-            answers = [extract_answer(c.text) for c in completions]
+            answers = [fmt.extract(c.text) for c in completions]
             correct = grader.equivalent_many([(it.answer, a) for it, a in zip(batch, answers)])
             jsonl.append_records(out_path, [
                 {"id": it.id, "question": it.problem, "gold": it.answer, "text": c.text, "answer": a,

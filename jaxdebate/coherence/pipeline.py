@@ -109,7 +109,8 @@ def collect(ctx: Context) -> dict[str, Any]:
     started = time.perf_counter()
     stats = run(
         items, ctx.sampler, ctx.tokenizer, ctx.grader, ctx.workdir / "rollouts.jsonl", cfg.collect, cfg.scores,
-        top_p=cfg.sampler.top_p, max_tokens=cfg.sampler.max_new_tokens, progress=ctx.progress,
+        top_p=cfg.sampler.top_p, max_tokens=cfg.sampler.max_new_tokens, fmt=cfg.answer_format,
+        progress=ctx.progress,
     )
     stats["seconds"] = time.perf_counter() - started
     _say(ctx, f"collect: {stats['collected']} new questions ({stats['skipped']} already done), "
@@ -170,7 +171,7 @@ def evaluate(ctx: Context) -> dict[str, Any]:
     items = load_items(cfg.data.eval, limit=cfg.data.eval_limit)
     out = ctx.workdir / "eval"
     kw = dict(max_tokens=cfg.sampler.max_new_tokens, batch_size=cfg.eval.batch_size,
-              temperature=cfg.sampler.eval_temperature, progress=ctx.progress)
+              temperature=cfg.sampler.eval_temperature, fmt=cfg.answer_format, progress=ctx.progress)
     started = time.perf_counter()
     sampler = ctx.sampler
     params, _ = ctx.model

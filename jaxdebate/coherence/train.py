@@ -137,7 +137,7 @@ def run_fingerprint(cfg: CoherenceConfig, pairs: Sequence[Mapping[str, Any]]) ->
     resuming continues the same run."""
     settings = {k: v for k, v in to_dict(cfg.dpo).items() if k != "epochs"}
     blob = json.dumps(
-        [to_dict(cfg.model), to_dict(cfg.lora), settings,
+        [to_dict(cfg.model), to_dict(cfg.lora), settings, *([cfg.protocol] if cfg.protocol != "seed" else []),
          [(p["question"], p["chosen"], p["rejected"], p.get("chosen_finish_reason"), p.get("rejected_finish_reason"))
           for p in pairs]],
         sort_keys=True,
@@ -173,7 +173,7 @@ def train(
 
     workdir = Path(workdir)
     d = cfg.dpo
-    encoded = batching.encode_pairs(pairs, tokenizer, d.max_length)
+    encoded = batching.encode_pairs(pairs, tokenizer, d.max_length, cfg.answer_format)
     if not encoded.pairs:
         raise DataError(f"no trainable pairs: {len(pairs)} pairs given, {encoded.n_dropped} dropped as too long")
     n = len(encoded.pairs)
