@@ -24,6 +24,7 @@ from typing import Any
 from jaxdebate.analysis import STRATEGY_FILES, aligned_table, final_metrics
 from jaxdebate.config import LaunchConfig, apply_overrides, load_config, to_dict
 from jaxdebate.errors import ConfigError
+from jaxdebate.processes import pid_alive
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXECUTORS = ("local", "submitit_local", "slurm")
@@ -151,22 +152,12 @@ def write_state(workdir: str | Path, state: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
-
-
 def effective_status(spec: RunSpec) -> str:
     """``done`` / ``running`` (a live process owns it) / ``interrupted`` / ``failed`` / ``pending``."""
     state = read_state(spec.workdir)
     status = state.get("status", "pending")
     if status == "running":
-        if state.get("host") == os.uname().nodename and not _pid_alive(state.get("pid")):
+        if state.get("host") == os.uname().nodename and not pid_alive(state.get("pid")):
             return "interrupted"
         return "running"
     return status

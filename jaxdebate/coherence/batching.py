@@ -115,11 +115,6 @@ def make_update(
     return {"tokens": tokens, "mask": mask, "completion_mask": cmask, "weights": weights, "index": index}
 
 
-def epoch_order(n_pairs: int, seed: int, epoch: int) -> np.ndarray:
-    """The shuffled pair order of one epoch (a function of seed and epoch only, so resumes repeat it)."""
-    return np.random.default_rng([seed, epoch]).permutation(n_pairs)
-
-
 def updates(order: Sequence[int], per_update: int) -> Iterator[list[int]]:
     """Consecutive chunks of ``per_update`` pair indices (the last one may be shorter)."""
     order = list(order)

@@ -28,6 +28,7 @@ from jaxdebate.coherence import batching, lora, peft_export
 from jaxdebate.coherence.config import CoherenceConfig, DPOConfig
 from jaxdebate.coherence.dpo import dpo_loss, sequence_logprobs
 from jaxdebate.config import to_dict
+from jaxdebate.data.stream import epoch_order
 from jaxdebate.errors import ConfigError, DataError
 from jaxdebate.metrics import MetricWriter
 from jaxdebate.model import token_logprobs
@@ -216,7 +217,7 @@ def train(
     bar = tqdm(total=total, initial=step, desc="dpo", disable=not progress, dynamic_ncols=True)
     try:
         for epoch in range(first_epoch, d.epochs):
-            for idx in batching.updates(batching.epoch_order(n, d.seed, epoch), per_update):
+            for idx in batching.updates(epoch_order(n, d.seed, epoch), per_update):
                 arr = batching.make_update(
                     encoded.pairs, idx, batch_size=d.batch_size, grad_accumulation=d.grad_accumulation,
                     length_bucket=d.length_bucket, max_length=d.max_length, pad_id=tokenizer.pad_id,

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxdebate.errors import ConfigError, SamplerError
+from jaxdebate.processes import pid_alive
 from jaxdebate.sampling.base import Completion, SamplingParams, per_prompt_params
 from jaxdebate.sampling.vllm_config import VLLMConfig
 from jaxdebate.sampling.vllm_server import SERVED_MODEL_NAME, ServerUnavailable, VLLMServer
@@ -466,19 +467,9 @@ def _new_sync_dir(config: VLLMConfig, workdir: str | Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob("jaxdebate-vllm-*-*"):
         pid = stale.name.split("-")[2]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
     path = root / f"jaxdebate-vllm-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     path.mkdir(mode=0o700, exist_ok=False)  # the weights the server reloads: private to this user
     path.chmod(0o700)  # whatever the umask
     return path
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

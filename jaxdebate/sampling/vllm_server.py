@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxdebate.errors import ConfigError, SamplerError
+from jaxdebate.processes import group_alive
 from jaxdebate.sampling import vllm_guard, vllm_worker_ext
 from jaxdebate.sampling.hardware import is_cpu_build, vllm_dtype
 from jaxdebate.sampling.vllm_config import VLLMConfig
@@ -255,14 +256,14 @@ class VLLMServer:
             deadline = time.monotonic() + _STOP_GRACE_S
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=_STOP_GRACE_S)
-            while _group_alive(pgid) and time.monotonic() < deadline:
+            while group_alive(pgid) and time.monotonic() < deadline:
                 time.sleep(0.2)
-            if _group_alive(pgid):
+            if group_alive(pgid):
                 log.warning("vLLM server group %d ignored SIGTERM; sending SIGKILL", pgid)
                 _signal_group(pgid, signal.SIGKILL)
             proc.wait()
             for _ in range(50):  # orphans are reaped by init shortly after SIGKILL
-                if not _group_alive(pgid):
+                if not group_alive(pgid):
                     break
                 time.sleep(0.1)
         if self._log_file is not None:
@@ -402,13 +403,4 @@ def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
 
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
