@@ -232,9 +232,21 @@ def test_arithmetic_level_mixes_take_equal_shares_and_refuse_skew():
         load_items("arithmetic:level=1..3,n=200")
     for spec, message in [("arithmetic:level=0..2", "levels must lie in 1..5"),
                           ("arithmetic:level=a", "must be K, A..B"),
-                          ("arithmetic:lvl=2", "expected n=INT, seed=INT or level")]:
+                          ("arithmetic:lvl=2", "expected n=INT, seed=INT, level=K|A..B or slice")]:
         with pytest.raises(DataError, match=message):
             load_items(spec)
+
+
+def test_arithmetic_slices_of_one_spec_are_disjoint():
+    spec = "arithmetic:level=2..3,n=400,seed=21"
+    whole = load_items(spec)
+    train, held_out = load_items(spec + ",slice=0:100"), load_items(spec + ",slice=100:400")
+    assert train == whole[:100] and held_out == whole[100:]
+    assert not {it.problem for it in train} & {it.problem for it in held_out}
+    for bad, message in [(",slice=5", "must be A:B"), (",slice=10:5", "0 <= A < B <= n=400"),
+                         (",slice=0:401", "0 <= A < B <= n=400")]:
+        with pytest.raises(DataError, match=message):
+            load_items(spec + bad)
 
 
 # -- stream ------------------------------------------------------------------------------------------

@@ -76,23 +76,39 @@ def _parse_levels(text: str, spec: str) -> tuple[int, ...]:
 
 
 def _parse_builtin(spec: str) -> list[Item]:
+    """``arithmetic[:n=N,seed=S,level=K|A..B|A+B,slice=A:B]``; ``slice`` keeps items ``A..B-1`` of the
+    ``n`` generated, so two slices of one spec are disjoint (a training set and its held-out set)."""
     name, _, body = spec.partition(":")
     options: dict[str, int] = {"n": 64, "seed": 0}
-    levels = None
+    levels, window = None, None
     for part in filter(None, (p.strip() for p in body.split(","))):
         key, sep, value = (x.strip() for x in part.partition("="))
         if sep and key == "level":
             levels = _parse_levels(value, spec)
             continue
+        if sep and key == "slice":
+            try:
+                start, stop = (int(x) for x in value.split(":"))
+            except ValueError:
+                raise DataError(f"builtin dataset {spec!r}: slice={value!r} must be A:B (integers)") from None
+            window = (start, stop)
+            continue
         if not sep or key not in options:
-            raise DataError(f"builtin dataset option {part!r} in {spec!r}: expected n=INT, seed=INT or level=K|A..B")
+            raise DataError(f"builtin dataset option {part!r} in {spec!r}: expected n=INT, seed=INT, "
+                            f"level=K|A..B or slice=A:B")
         try:
             options[key] = int(value)
         except ValueError:
             raise DataError(f"builtin dataset option {part!r} in {spec!r} is not an integer") from None
     if options["n"] < 1:
         raise DataError(f"builtin dataset {spec!r}: n must be >= 1")
-    return arithmetic_items(n=options["n"], seed=options["seed"], levels=levels)
+    items = arithmetic_items(n=options["n"], seed=options["seed"], levels=levels)
+    if window is None:
+        return items
+    start, stop = window
+    if not 0 <= start < stop <= options["n"]:
+        raise DataError(f"builtin dataset {spec!r}: slice={start}:{stop} must satisfy 0 <= A < B <= n={options['n']}")
+    return items[start:stop]
 
 
 def _from_hub(dataset: NamedDataset, tried: list[Path]) -> list[Item]:
