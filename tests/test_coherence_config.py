@@ -68,3 +68,17 @@ def test_malformed_line_in_the_middle_names_file_and_line(tmp):
         jsonl.read_records(path)
     with pytest.raises(DataError, match="does not exist"):
         jsonl.read_records(tmp / "missing.jsonl")
+
+
+def test_eval_dir_is_one_name_inside_the_workdir_and_configs_load():
+    from jaxdebate.coherence.config import CoherenceConfig
+    from jaxdebate.config import apply_overrides, load_config
+    from jaxdebate.errors import ConfigError
+
+    assert apply_overrides(CoherenceConfig(), ["eval.dir=eval_gsm8k_platinum"]).eval.dir == "eval_gsm8k_platinum"
+    for bad in ("../out", "a/b", "..", ""):
+        with pytest.raises(ConfigError, match="eval.dir"):
+            apply_overrides(CoherenceConfig(), [f"eval.dir={bad!r}"])
+    cpu = load_config("configs/coherence_cpu.py", [], expected=CoherenceConfig)
+    assert cpu.protocol == "answer_line" and cpu.data.train.endswith("slice=0:100")
+    assert cpu.data.eval.endswith("slice=100:400")

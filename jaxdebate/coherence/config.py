@@ -12,11 +12,12 @@ type-checks its fields (the :class:`jaxdebate.config.Section` mixin) and raises 
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import ClassVar, Literal
 
 from jaxdebate.coherence.arms import Arm, default_arms, validate_arms
-from jaxdebate.coherence.lora import TARGET_MODULES
-from jaxdebate.config import LoggingConfig, ModelConfig, SamplerConfig, Section
+from jaxdebate.config import LoggingConfig, LoraConfig, ModelConfig, SamplerConfig, Section
+from jaxdebate.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,29 +95,6 @@ class PairConfig(Section):
 
 
 @dataclasses.dataclass(frozen=True)
-class LoraConfig(Section):
-    """LoRA adapter: rank ``r``, scaling ``alpha / r``, target modules by their HF names."""
-
-    _name: ClassVar[str] = "lora"
-    rank: int = 16
-    alpha: float = 32.0
-    targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
-
-    def validate(self) -> None:
-        if self.rank < 1:
-            self._fail("rank", "must be >= 1")
-        if not self.alpha > 0:
-            self._fail("alpha", "must be > 0")
-        unknown = sorted(set(self.targets) - set(TARGET_MODULES))
-        if not self.targets or unknown or len(set(self.targets)) != len(self.targets):
-            self._fail("targets", f"must be distinct module names from {list(TARGET_MODULES)}")
-
-    @property
-    def scale(self) -> float:
-        return self.alpha / self.rank
-
-
-@dataclasses.dataclass(frozen=True)
 class DPOConfig(Section):
     """DPO optimisation. One update sees ``batch_size × grad_accumulation`` pairs."""
 
@@ -152,14 +130,18 @@ class DPOConfig(Section):
 @dataclasses.dataclass(frozen=True)
 class EvalConfig(Section):
     """Evaluation of the base model and base + adapter (``sampler.eval_temperature``, default greedy;
-    ``sampler.max_new_tokens``), ``batch_size`` questions per sampler call."""
+    ``sampler.max_new_tokens``), ``batch_size`` questions per sampler call, written to ``WORKDIR/dir``
+    (evaluate on a second dataset with ``--set data.eval=... eval.dir=eval_other``)."""
 
     _name: ClassVar[str] = "eval"
     batch_size: int = 16
+    dir: str = "eval"
 
     def validate(self) -> None:
         if self.batch_size < 1:
             self._fail("batch_size", "must be >= 1")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.dir) or self.dir in (".", ".."):
+            self._fail("dir", "must be one directory name inside the workdir (letters, digits, _ . -)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,5 +173,8 @@ class CoherenceConfig(Section):
         return AnswerFormat.named(self.protocol)
 
     def validate(self) -> None:
+        if self.model.lora.enabled:
+            raise ConfigError("model.lora is the GRPO learner's adapter; the coherence pipeline's adapter "
+                              "is configured in the lora section (lora.rank, lora.alpha, lora.targets)")
         if not self.workdir.strip():
             self._fail("workdir", "must be a non-empty path")

@@ -162,14 +162,14 @@ def train(ctx: Context) -> dict[str, Any]:
 def evaluate(ctx: Context) -> dict[str, Any]:
     """Stage 4: accuracy on ``data.eval`` for the base model and base + ``adapter/``, side by side."""
     from jaxdebate.coherence import evaluate as ev
-    from jaxdebate.coherence import lora, peft_export
+    from jaxdebate.model import lora, peft_export
     from jaxdebate.data import load_items
 
     cfg = ctx.config
     adapter_dir = ctx.workdir / "adapter"
     adapter, spec = peft_export.load(adapter_dir)  # fail before any sampling when it is missing
     items = load_items(cfg.data.eval, limit=cfg.data.eval_limit)
-    out = ctx.workdir / "eval"
+    out = ctx.workdir / cfg.eval.dir
     kw = dict(max_tokens=cfg.sampler.max_new_tokens, batch_size=cfg.eval.batch_size,
               temperature=cfg.sampler.eval_temperature, fmt=cfg.answer_format, progress=ctx.progress)
     started = time.perf_counter()
