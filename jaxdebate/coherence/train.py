@@ -24,30 +24,22 @@ import numpy as np
 import optax
 
 from jaxdebate.checkpoint import Checkpointer
-from jaxdebate.coherence import batching, lora, peft_export
+from jaxdebate.coherence import batching
 from jaxdebate.coherence.config import CoherenceConfig, DPOConfig
 from jaxdebate.coherence.dpo import dpo_loss, sequence_logprobs
 from jaxdebate.config import to_dict
 from jaxdebate.data.stream import epoch_order
 from jaxdebate.errors import ConfigError, DataError
 from jaxdebate.metrics import MetricWriter
-from jaxdebate.model import token_logprobs
+from jaxdebate.model import lora, peft_export, token_logprobs
+from jaxdebate.schedules import warmup_then_decay
 
 
 def make_schedule(cfg: DPOConfig, total_steps: int) -> optax.Schedule:
     """Learning rate per update: linear warm-up over ``warmup_ratio`` of the updates, then constant,
     linear decay to 0, or cosine decay to 0."""
     warmup = int(round(cfg.warmup_ratio * total_steps))
-    rest = max(1, total_steps - warmup)
-    if cfg.schedule == "constant":
-        main = optax.constant_schedule(cfg.learning_rate)
-    elif cfg.schedule == "linear":
-        main = optax.linear_schedule(cfg.learning_rate, 0.0, rest)
-    else:
-        main = optax.cosine_decay_schedule(cfg.learning_rate, rest)
-    if warmup == 0:
-        return main
-    return optax.join_schedules([optax.linear_schedule(0.0, cfg.learning_rate, warmup), main], [warmup])
+    return warmup_then_decay(cfg.learning_rate, 0.0, warmup, total_steps, cfg.schedule)
 
 
 def make_optimizer(cfg: DPOConfig) -> optax.GradientTransformation:
