@@ -7,11 +7,14 @@ ratio x truncated importance weight vs sampler log-probs, k3 KL to a reference c
 Each variant runs in its own subprocess, one after another, so peak RSS is per variant.
 ``--workload debate`` is a configs/arithmetic step instead (48 turns of unequal lengths whose prompts
 repeat or extend each other): torch pads one batch to the longest sequence, ``jax-fp32`` pads each
-sample to a length bucket, ``jax-fp32-packed`` packs with shared prefixes. tokens/s counts sequence
-tokens (what the samples hold), not the padded or packed positions a side computes:
+sample to a length bucket, ``jax-fp32-packed`` packs with shared prefixes, ``jax-fp32-packed-lora``
+trains a rank-16 LoRA adapter on q/k/v/o instead of every weight (LoRA-GRPO, ``model.lora``).
+tokens/s counts sequence tokens (what the samples hold), not the padded or packed positions a side
+computes:
 
     .venv/bin/python bench/train_step.py                 # jax/torch x fp32/bf16, prints the ratios
     .venv/bin/python bench/train_step.py --workload debate --variants jax-fp32 jax-fp32-packed torch-fp32
+    .venv/bin/python bench/train_step.py --workload debate --variants jax-fp32-packed jax-fp32-packed-lora
     .venv/bin/python bench/train_step.py --variants jax-fp32 torch-fp32 --steps 2
     .venv/bin/python bench/train_step.py --trainer-step  # phase shares of one real SmolLM2 trainer step
 
@@ -32,7 +35,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("jax-fp32", "jax-fp32-packed", "torch-fp32", "jax-bf16", "torch-bf16")
+VARIANTS = ("jax-fp32", "jax-fp32-packed", "jax-fp32-packed-lora", "torch-fp32", "jax-bf16", "torch-bf16")
 CLIP, CAP, BETA = 0.2, 2.0, 0.03
 
 
@@ -95,7 +98,7 @@ def run_jax(args) -> dict:
     import jax
     import numpy as np
 
-    from jaxdebate.config import LossConfig, OptimizerConfig
+    from jaxdebate.config import LossConfig, OptimizerConfig, PolicyLoraConfig
     from jaxdebate.model import load
     from jaxdebate.rl.batching import Sample, make_microbatches
     from jaxdebate.rl.grpo import Learner
@@ -105,9 +108,10 @@ def run_jax(args) -> dict:
     samples = [Sample(*s) for s in make_samples(args)]
     max_len = args.length if args.workload == "uniform" else 512
     mbs, stats = make_microbatches(samples, max_len=max_len, rows_cap=len(samples), max_tokens=args.max_tokens,
-                                   aggregation="token", packing=args.variant.endswith("packed"))
+                                   aggregation="token", packing="packed" in args.variant)
+    lora = PolicyLoraConfig(rank=16, alpha=32.0) if args.variant.endswith("lora") else None  # q, k, v, o
     learner = Learner(config, LossConfig(beta=BETA, clip_eps=CLIP, importance_weight_cap=CAP),
-                      OptimizerConfig(peak_lr=1e-6, end_lr=1e-6, grad_clip=1.0), 100)
+                      OptimizerConfig(peak_lr=1e-6, end_lr=1e-6, grad_clip=1.0), 100, lora=lora)
     state = learner.init_state(params)
     base = rss_gb()
     t0 = time.perf_counter()
@@ -271,7 +275,7 @@ def main() -> None:
             continue
         results[variant] = json.loads(lines[-1][7:])
         r = results[variant]
-        print(f"{variant:<11} step {r['step_s']:7.2f} s  {tokens / r['step_s']:7.1f} tokens/s  first step "
+        print(f"{variant:<20} step {r['step_s']:7.2f} s  {tokens / r['step_s']:7.1f} tokens/s  first step "
               f"{r['first_step_s']:7.2f} s  peak RSS {r['peak_rss_gb']:5.2f} GB (after load "
               f"{r['rss_after_load_gb']:.2f})  loss {r['loss']:.5f}  computed tokens {r['computed_tokens']:.0f}",
               flush=True)
@@ -280,6 +284,10 @@ def main() -> None:
         if ours and peer:
             print(f"{precision}: ours/torch tokens/s = {peer['step_s'] / ours['step_s']:.2f}x, "
                   f"peak RSS ours/torch = {ours['peak_rss_gb'] / peer['peak_rss_gb']:.2f}")
+    full, lora = results.get("jax-fp32-packed"), results.get("jax-fp32-packed-lora")
+    if full and lora:
+        print(f"LoRA-GRPO (rank 16, q/k/v/o) vs full fine-tuning, packed fp32: step time "
+              f"{lora['step_s'] / full['step_s']:.2f}x, peak RSS {lora['peak_rss_gb'] / full['peak_rss_gb']:.2f}x")
     ours = [results[v] for v in ("jax-fp32", "jax-fp32-packed") if v in results]
     if ours and "torch-fp32" in results:
         best = min(ours, key=lambda r: r["step_s"])

@@ -356,6 +356,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         "strategy": run.strategy, "seed": run.seed, "status": run.state.get("status", "unknown"),
         "steps": int(last_step), "wall_time_s": run.state.get("wall_time_s"),
         "step_time_s": _step_time(run.records),
+        "no_update_steps": _no_update_steps(run.records),
         "initial_accuracy": float(values[0]) if len(values) and steps[0] == 0 else None,
         "final_accuracy": float(values[-1]) if len(values) and steps[-1] > 0 else None,
         "final_step": int(steps[-1]) if len(values) else None,
@@ -375,6 +376,12 @@ def _step_time(records: Sequence[dict[str, Any]]) -> float | None:
     last = {r["step"]: _number(r.get("time/step")) for r in records if "step" in r and "time/step" in r}
     times = [t for t in last.values() if t is not None]
     return float(sum(times)) if times else None
+
+
+def _no_update_steps(records: Sequence[dict[str, Any]]) -> int:
+    """Steps whose every group was filtered (zero signal or truncated): the policy did not move."""
+    last = {r["step"]: r for r in records if "step" in r and "train/n_kept" in r}
+    return sum(1 for r in last.values() if _number(r.get("train/n_kept")) == 0)
 
 
 def strategy_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -260,13 +260,38 @@ def latest_step(workdir: str | Path) -> int | None:
 
 def restore(workdir: str | Path, step: int | None = None):
     """``(params, config)`` of a run: the policy parameters at ``step`` (default: latest) and the
-    experiment :class:`jaxdebate.config.Config` it was trained with."""
+    experiment :class:`jaxdebate.config.Config` it was trained with. A LoRA-GRPO run
+    (``model.lora.rank > 0``) stores an adapter; it is merged into the base (``model.source``)."""
+    adapter, config = restore_trainable(workdir, step)
+    if not config.model.lora.enabled:
+        return adapter, config
+    from jaxdebate.model import load
+    from jaxdebate.model.lora import merge
+
+    base, _ = load(config.model.source, dtype=config.model.dtype)
+    return merge(base, adapter, config.model.lora.scale), config
+
+
+def restore_trainable(workdir: str | Path, step: int | None = None):
+    """``(tree, config)``: what the run trains at ``step`` as stored (the parameter tree, or under
+    LoRA the adapter ``{group: {module: {lora_A, lora_B}}}``)."""
     from jaxdebate.config import Config, from_dict
 
     with contextlib.closing(_open(workdir)) as ckpt:
         state, meta = ckpt.restore(step, items=["params"])
-    config = from_dict(Config, meta["config"])
-    return state["params"], config
+    return state["params"], from_dict(Config, meta["config"])
+
+
+def export_adapter(workdir: str | Path, out_dir: str | Path, step: int | None = None) -> Path:
+    """Write a LoRA-GRPO run's adapter at ``step`` in the PEFT format
+    (``peft.PeftModel.from_pretrained`` on the exported base model loads it)."""
+    from jaxdebate.model import peft_export
+
+    adapter, config = restore_trainable(workdir, step)
+    if not config.model.lora.enabled:
+        raise CheckpointError(f"{workdir} trained every weight (model.lora.rank=0): there is no adapter "
+                              f"to export; use export_checkpoint")
+    return peft_export.save(out_dir, adapter, config.model.lora, base_model=config.model.source)
 
 
 def load_policy(workdir: str | Path, step: int | None = None):
@@ -297,8 +322,10 @@ __all__ = [
     "CheckpointError",
     "Checkpointer",
     "checkpoint_dir",
+    "export_adapter",
     "export_checkpoint",
     "latest_step",
     "load_policy",
     "restore",
+    "restore_trainable",
 ]

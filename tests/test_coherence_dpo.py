@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdebate.coherence import batching, lora, train
+from jaxdebate.coherence import batching, train
+from jaxdebate.model import lora
 from jaxdebate.coherence.config import CoherenceConfig, DPOConfig, LoraConfig
 from jaxdebate.coherence.dpo import dpo_loss, sequence_logprobs
 from jaxdebate.config import LoggingConfig, ModelConfig, apply_overrides

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdebate.coherence import lora, peft_export
+from jaxdebate.model import lora, peft_export
 from jaxdebate.coherence.config import LoraConfig
 from jaxdebate.errors import WeightsError
 from jaxdebate.model import export_hf, logits

@@ -72,7 +72,9 @@ def _ckpt_steps(workdir):
 
 
 def _deterministic(record):
-    return {k: v for k, v in record.items() if not k.startswith(("time", "throughput/"))}
+    from jaxdebate.rl.trainer import NONDETERMINISTIC_PREFIXES
+
+    return {k: v for k, v in record.items() if not k.startswith(NONDETERMINISTIC_PREFIXES)}
 
 
 @pytest.mark.slow

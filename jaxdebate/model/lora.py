@@ -7,24 +7,22 @@ module, ``lora_A`` ``[L, in, r]`` and ``lora_B`` ``[L, r, out]``; the effective 
     W + (alpha / r) · A @ B        (per layer)
 
 ``B`` starts at zero, so a fresh adapter leaves the model unchanged (the DPO reference is the base tree
-without adapters). The base tree is never modified: :func:`merge` returns a new tree, and gradients
+without adapters; for LoRA-GRPO, the base plus the adapter of the last hard update). The base tree
+is never modified: :func:`merge` returns a new tree, and gradients
 are taken with respect to the adapter only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from jaxdebate.config import LORA_TARGETS as TARGET_MODULES
+from jaxdebate.config import LoraConfig
 from jaxdebate.errors import ConfigError
-
-if TYPE_CHECKING:
-    from jaxdebate.coherence.config import LoraConfig
-
-TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 Adapter = dict[str, dict[str, dict[str, jax.Array]]]
 

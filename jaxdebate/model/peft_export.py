@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxdebate.coherence.config import LoraConfig
-from jaxdebate.coherence.lora import Adapter
+from jaxdebate.config import LoraConfig
+from jaxdebate.model.lora import Adapter
 from jaxdebate.errors import WeightsError
 
 CONFIG_FILE = "adapter_config.json"

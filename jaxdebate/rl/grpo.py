@@ -6,6 +6,11 @@ optax update, donated train state). Token log-probs come from the model's hidden
 chunked ``hidden_logprobs`` (the ``[B, T, vocab]`` logits are never materialised), evaluated only in
 each row's completion window, at the sampler's temperature, so learner and sampler log-probs follow
 the same convention (:mod:`jaxdebate.sampling.base`).
+
+With ``model.lora`` enabled (LoRA-GRPO) the trainable tree is a LoRA adapter on the frozen base
+(:mod:`jaxdebate.model.lora`): the optimiser state covers the adapter only, the KL reference is the
+base plus the adapter of the last hard update (no second full tree), and :meth:`Learner.weights`
+merges the adapter for sampling and export.
 """
 
 from __future__ import annotations
@@ -20,15 +25,18 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxdebate.config import LossConfig, OptimizerConfig
+from jaxdebate.config import LoraConfig, LossConfig, OptimizerConfig
 from jaxdebate.model import LlamaConfig, forward, hidden_logprobs
+from jaxdebate.model import lora as lora_lib
 from jaxdebate.rl.batching import FORWARD_KEYS, WINDOW_KEYS
 from jaxdebate.rl.losses import metric_sums, policy_loss
+from jaxdebate.schedules import warmup_then_decay
 
 
 @flax.struct.dataclass
 class TrainState:
-    """Everything the learner updates: policy, optimiser state, KL reference, update count."""
+    """Everything the learner updates: policy, optimiser state, KL reference, update count. With
+    LoRA, ``params`` and ``ref_params`` are adapters (the base lives in the :class:`Learner`)."""
 
     params: Any
     opt_state: Any
@@ -38,17 +46,7 @@ class TrainState:
 
 def lr_schedule(cfg: OptimizerConfig, total_steps: int) -> optax.Schedule:
     """Linear warm-up from 0 to ``peak_lr``, then ``cfg.schedule`` from ``peak_lr`` to ``end_lr``."""
-    decay_steps = max(1, total_steps - cfg.warmup_steps)
-    if cfg.schedule == "cosine":
-        decay = optax.cosine_decay_schedule(cfg.peak_lr, decay_steps, alpha=cfg.end_lr / cfg.peak_lr)
-    elif cfg.schedule == "linear":
-        decay = optax.linear_schedule(cfg.peak_lr, cfg.end_lr, decay_steps)
-    else:
-        decay = optax.constant_schedule(cfg.peak_lr)
-    if cfg.warmup_steps == 0:
-        return decay
-    warmup = optax.linear_schedule(0.0, cfg.peak_lr, cfg.warmup_steps)
-    return optax.join_schedules([warmup, decay], [cfg.warmup_steps])
+    return warmup_then_decay(cfg.peak_lr, cfg.end_lr, cfg.warmup_steps, total_steps, cfg.schedule)
 
 
 def make_optimizer(cfg: OptimizerConfig, total_steps: int) -> optax.GradientTransformation:
@@ -67,8 +65,12 @@ class Learner:
     """
 
     def __init__(self, model_config: LlamaConfig, loss: LossConfig, optimizer: OptimizerConfig,
-                 total_steps: int, *, temperature: float = 1.0, logprob_chunk: int = 1024) -> None:
+                 total_steps: int, *, temperature: float = 1.0, logprob_chunk: int = 1024,
+                 lora: LoraConfig | None = None, seed: int = 0) -> None:
         self.model_config = model_config
+        self.lora = lora if lora is not None and lora.enabled else None
+        self.seed = seed
+        self.base = None  # the frozen base tree under LoRA (set by init_state / set_base)
         self.loss_cfg = loss
         self.opt_cfg = optimizer
         self.temperature = float(temperature) if temperature > 0 else 1.0
@@ -78,8 +80,15 @@ class Learner:
         self._accumulate = jax.jit(self._accumulate_impl, donate_argnums=(2,))
         self._apply = jax.jit(self._apply_impl, donate_argnums=(0,))
         self._logprobs = jax.jit(self._logprobs_impl)
+        self._merge = jax.jit(self._full)
 
     # ----------------------------------------------------------------------------- pure functions
+
+    def _full(self, trainable, base):
+        """The model's parameter tree: the trainable tree itself, or base + LoRA adapter."""
+        if self.lora is None:
+            return trainable
+        return lora_lib.merge(base, trainable, self.lora.scale)
 
     def _lp(self, params, batch, *, with_entropy: bool):
         """``(lp, entropy)`` ``[R, C]`` of the completion window (zeros outside ``loss_mask``)."""
@@ -93,15 +102,15 @@ class Learner:
         mask = batch["loss_mask"]
         return jnp.where(mask, lp, 0.0), jnp.where(mask, ent, 0.0)
 
-    def _logprobs_impl(self, params, batch):
-        return self._lp(params, batch, with_entropy=False)[0]
+    def _logprobs_impl(self, params, batch, base=None):
+        return self._lp(self._full(params, base), batch, with_entropy=False)[0]
 
-    def _loss(self, params, ref_params, batch):
+    def _loss(self, params, ref_params, batch, base=None):
         cfg = self.loss_cfg
-        lp, entropy = self._lp(params, batch, with_entropy=True)
+        lp, entropy = self._lp(self._full(params, base), batch, with_entropy=True)
         old = batch["old_logprobs"] if "old_logprobs" in batch else jax.lax.stop_gradient(lp)
         if cfg.beta > 0:
-            ref = jax.lax.stop_gradient(self._lp(ref_params, batch, with_entropy=False)[0])
+            ref = jax.lax.stop_gradient(self._lp(self._full(ref_params, base), batch, with_entropy=False)[0])
         else:
             ref = jax.lax.stop_gradient(lp)
         loss, terms = policy_loss(
@@ -115,8 +124,8 @@ class Learner:
         sums["loss"] = loss
         return loss, (sums, maxes)
 
-    def _accumulate_impl(self, params, ref_params, grads, batch):
-        (_, aux), g = jax.value_and_grad(self._loss, has_aux=True)(params, ref_params, batch)
+    def _accumulate_impl(self, params, ref_params, grads, batch, base=None):
+        (_, aux), g = jax.value_and_grad(self._loss, has_aux=True)(params, ref_params, batch, base)
         return jax.tree.map(jnp.add, grads, g), aux
 
     def _apply_impl(self, state: TrainState, grads):
@@ -132,19 +141,38 @@ class Learner:
 
     # ----------------------------------------------------------------------------- stateful shell
 
-    def init_state(self, params) -> TrainState:
-        """A fresh state whose reference policy is a copy of ``params``."""
-        ref = jax.tree.map(jnp.copy, params)
-        return TrainState(params=params, opt_state=self.tx.init(params), ref_params=ref,
+    def _fresh(self, params) -> TrainState:
+        trainable = params
+        if self.lora is not None:
+            trainable = lora_lib.init(params, self.lora, jax.random.key(self.seed))
+        ref = jax.tree.map(jnp.copy, trainable)
+        return TrainState(params=trainable, opt_state=self.tx.init(trainable), ref_params=ref,
                           step=jnp.zeros((), jnp.int32))
+
+    def init_state(self, params) -> TrainState:
+        """A fresh state for the model ``params``: the policy is ``params`` (or, with LoRA, a fresh
+        adapter on the frozen base ``params``), the reference policy a copy of it."""
+        self.set_base(params)
+        return self._fresh(params)
+
+    def set_base(self, params) -> None:
+        """Under LoRA, the frozen base tree the adapters apply to (before restoring a checkpoint)."""
+        self.base = params if self.lora is not None else None
 
     def abstract_state(self, params) -> TrainState:
         """Shapes/dtypes/shardings of a state (the restore target for orbax)."""
-        return jax.eval_shape(self.init_state, params)
+        return jax.eval_shape(self._fresh, params)
+
+    def weights(self, trainable, *, copy: bool = True):
+        """The model tree of a trainable tree (base + adapter under LoRA), for sampling and export;
+        a fresh tree (``copy``) that a later donated update cannot invalidate."""
+        if self.lora is None:
+            return jax.tree.map(jnp.copy, trainable) if copy else trainable
+        return self._merge(trainable, self.base)
 
     def logprobs(self, params, batch) -> jax.Array:
         """Completion-window log-probs ``[R, C]`` of a micro-batch under ``params`` (no gradient)."""
-        return self._logprobs(params, {k: batch[k] for k in FORWARD_KEYS + WINDOW_KEYS})
+        return self._logprobs(params, {k: batch[k] for k in FORWARD_KEYS + WINDOW_KEYS}, self.base)
 
     def update(self, state: TrainState, micro_batches: Sequence[dict[str, np.ndarray]]
                ) -> tuple[TrainState, dict[str, float]]:
@@ -159,7 +187,7 @@ class Learner:
         sums: dict[str, float] = {}
         maxes: dict[str, float] = {}
         for mb in micro_batches:
-            grads, (s, m) = self._accumulate(state.params, state.ref_params, grads, mb)
+            grads, (s, m) = self._accumulate(state.params, state.ref_params, grads, mb, self.base)
             for k, v in s.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
             for k, v in m.items():

@@ -100,6 +100,7 @@ class Trainer:
         self.learner = Learner(
             self.model_config, cfg.loss, cfg.optimizer, cfg.training.total_train_steps * epochs,
             temperature=cfg.sampler.temperature, logprob_chunk=cfg.model.logprob_chunk,
+            lora=cfg.model.lora, seed=cfg.training.seed,
         )
         self.rows_cap = rows_cap_for(cfg.samples_per_step, cfg.optimizer.n_gradient_accumulation_steps)
         self.checkpointer = Checkpointer(checkpoint_dir(self.workdir), cfg.checkpoint.n_last_ckpts_to_keep)
@@ -115,7 +116,7 @@ class Trainer:
             self.step = 0
             self.sampler_version = 0
             self.ref_version = 0
-            self.sampler_params = _copy_tree(params)
+            self._set_sampler_source(self.state.params)
         self.resumed_from = latest
         (self.workdir / CONFIG_FILE).write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
         self.sampler = make_sampler(
@@ -153,7 +154,7 @@ class Trainer:
         if self.ref_version != step:
             items["ref_params"] = state.ref_params
         if self.sampler_version not in (step, self.ref_version):
-            items["sampler_params"] = self.sampler_params
+            items["sampler_params"] = self.sampler_source
         metadata = {
             "step": step,
             "data": self._committed["data"],
@@ -206,6 +207,7 @@ class Trainer:
             from jaxdebate.model import shard_params
 
             params = shard_params(params, self.mesh)
+        self.learner.set_base(params)
         abstract = self.learner.abstract_state(params)
         have = set(meta.get("__items__", []))
         target = {
@@ -230,13 +232,19 @@ class Trainer:
         self.state = TrainState(params=policy, opt_state=restored["opt_state"], ref_params=ref,
                                 step=jnp.asarray(restored["opt_step"], jnp.int32))
         if "sampler_params" in restored:
-            self.sampler_params = restored["sampler_params"]
+            self._set_sampler_source(restored["sampler_params"])
         elif self.sampler_version == self.step:
-            self.sampler_params = _copy_tree(policy)
+            self._set_sampler_source(policy)
         else:
-            self.sampler_params = _copy_tree(ref)
+            self._set_sampler_source(ref)
         self.rng = jax.random.wrap_key_data(jnp.asarray(restored["rng"], jnp.uint32))
         self.stream.restore(meta["data"])
+
+    def _set_sampler_source(self, trainable) -> None:
+        """Remember the trainable tree the sampler serves (what a checkpoint stores) and build the
+        model tree it samples from (a copy, or base + adapter under LoRA)."""
+        self.sampler_source = _copy_tree(trainable)
+        self.sampler_params = self.learner.weights(self.sampler_source, copy=False)
 
     # ---------------------------------------------------------------------------------- signals
 
@@ -336,7 +344,7 @@ class Trainer:
             self.ref_version = step
         if step % cfg.training.export_every_steps == 0:
             with timer("sync"):
-                self.sampler_params = _copy_tree(self.state.params)
+                self._set_sampler_source(self.state.params)
                 self.sampler.update_weights(self.sampler_params, step)
                 self.sampler_version = step
         self._commit()
