@@ -95,8 +95,8 @@ def _write_json(path: Path, obj: Any) -> None:
 
 
 def _say(ctx: Context, text: str) -> None:
-    if ctx.progress:
-        print(text, flush=True)
+    """A stage's one-line summary (printed with or without progress bars)."""
+    print(text, flush=True)
 
 
 def collect(ctx: Context) -> dict[str, Any]:
