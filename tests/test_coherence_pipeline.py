@@ -163,3 +163,27 @@ def test_answer_line_protocol_reaches_every_prompt_and_extraction(smoke_run, tmp
     seed_prompt = encode_pairs(pairs[:1], tok, 1024).pairs[0].prompt
     line_prompt = encode_pairs(pairs[:1], tok, 1024, fmt).pairs[0].prompt
     assert "3 + 4 = 7" in tok.decode(line_prompt) and "3 + 4 = 7" not in tok.decode(seed_prompt)
+
+
+def test_results_export_holds_the_headline_figures(smoke_run, tmp_path):
+    """summary.json of `python -m jaxdebate.coherence.results`: pairs by type, base and DPO accuracy
+    with Wilson intervals per evaluation set, McNemar's p; stage timings; JSONL heads, no weights."""
+    from jaxdebate.coherence import results
+
+    run, _ = smoke_run
+    assert {p.stem for p in (run / "stages").glob("*.json")} == {"collect", "pairs", "train", "eval"}
+    assert results.main([str(run), "--out", str(tmp_path / "out")]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    pairs = json.loads((run / "pairs_summary.json").read_text())
+    assert summary["n_questions"] == 4 and summary["pairs"]["total"] == pairs["pairs"]
+    assert summary["pairs"]["correctness"] + summary["pairs"]["coherence"] == pairs["pairs"]
+    ev = json.loads((run / "eval" / "summary.json").read_text())
+    for side in ("base", "dpo"):
+        row = summary[side]["eval"]
+        assert row["n"] == 3 and row["correct"] == ev[f"{side}_correct"]
+        assert row["ci95"][0] <= row["accuracy"] <= row["ci95"][1] and row["ci95"] == ev[f"{side}_ci95"]
+    assert summary["mcnemar_p"]["eval"] == ev["mcnemar_p"] and 0 <= ev["mcnemar_p"] <= 1
+    assert set(summary["stage_seconds"]) == {"collect", "pairs", "train", "eval"}
+    heads = sorted(p.name for p in (tmp_path / "out" / "eval").iterdir())
+    assert heads == ["base_head.jsonl", "comparison_head.jsonl", "dpo_head.jsonl", "summary.json"]
+    assert not list((tmp_path / "out").rglob("*.safetensors"))

@@ -15,6 +15,7 @@ from jaxdebate.coherence import jsonl
 from jaxdebate.coherence.arms import SEED_FORMAT, AnswerFormat, canonical_messages
 from jaxdebate.data import Item
 from jaxdebate.sampling.base import Sampler, SamplingParams
+from jaxdebate.stats import mcnemar_test, wilson_interval
 
 
 def evaluate(
@@ -92,6 +93,10 @@ def compare(
         "base_truncated": sum(r["base"]["finish_reason"] == "length" for r in rows),
         "dpo_truncated": sum(r["dpo"]["finish_reason"] == "length" for r in rows),
     }
+    if n:
+        summary["base_ci95"] = list(wilson_interval(base_ok, n))
+        summary["dpo_ci95"] = list(wilson_interval(tuned_ok, n))
+        summary["mcnemar_p"] = mcnemar_test(summary["only_base_correct"], summary["only_dpo_correct"])
     return rows, summary
 
 
@@ -111,6 +116,6 @@ def format_comparison(summary: Mapping[str, Any], dataset: str) -> str:
         f"{summary['dpo_no_answer']:>11}{summary['dpo_truncated']:>11}",
         f"delta {'+' if (summary['delta'] or 0) >= 0 else ''}{pct(summary['delta']).strip()} "
         f"(only base right: {summary['only_base_correct']}, only DPO right: {summary['only_dpo_correct']}, "
-        f"both: {summary['both_correct']})",
+        f"both: {summary['both_correct']}; McNemar p = {summary.get('mcnemar_p', float('nan')):.3g})",
     ]
     return "\n".join(lines)

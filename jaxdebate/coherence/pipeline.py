@@ -195,7 +195,7 @@ RUNNERS = {"collect": collect, "pairs": pairs, "train": train, "eval": evaluate}
 def run(config: CoherenceConfig, stages: tuple[str, ...] = STAGES, *, workdir: str | Path | None = None,
         progress: bool = True) -> dict[str, Any]:
     """Run ``stages`` in order in one process (sharing the loaded model); return each stage's summary
-    and the seconds it took."""
+    and the seconds it took (also written to ``WORKDIR/stages/<stage>.json``)."""
     unknown = [s for s in stages if s not in RUNNERS]
     if unknown:
         raise ValueError(f"unknown stage(s) {unknown}; stages are {list(STAGES)} (or 'all')")
@@ -210,6 +210,9 @@ def run(config: CoherenceConfig, stages: tuple[str, ...] = STAGES, *, workdir: s
             started = time.perf_counter()
             results[stage] = RUNNERS[stage](ctx)
             results[f"{stage}_seconds"] = time.perf_counter() - started
+            name = stage if stage != "eval" else config.eval.dir
+            _write_json(root / "stages" / f"{name}.json",
+                        {"stage": stage, "seconds": results[f"{stage}_seconds"], "summary": results[stage]})
     finally:
         ctx.close()
     return results
