@@ -115,7 +115,9 @@ def test_extract_answer_scans_a_megabyte_in_linear_time(name, mode):
         start = time.perf_counter()
         got = extract_answer(text, mode)
         best = min(best, time.perf_counter() - start)
-    assert best < 0.5, f"{name} ({mode}) took {best:.2f}s"
+    # linear: 0.1-0.6 s on 2 busy cores; the old quadratic scan would take hours on 1 MB (55 kB: 43 s), so
+    # a generous bound fails only on the defect, never on a shared machine
+    assert best < 5.0, f"{name} ({mode}) took {best:.2f}s"
     expected = {"bare tokens": "x", "boxes and escapes": "1"}.get(name)
     assert got == (None if mode == "number" and expected == "x" else expected)
 

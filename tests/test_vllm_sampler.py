@@ -74,7 +74,9 @@ def sampler(model, tokenizer, tmp_path_factory):
 
     params, config = model
     cfg = VLLMConfig(dtype="float32", kv_cache_gib=1, max_model_len=1024, startup_timeout_s=900)
-    s = VLLMSampler.from_params(params, config, workdir=tmp_path_factory.mktemp("vllm-run"), config=cfg,
+    # a relative workdir, as `--workdir runs/x` gives: the server runs in its own state dir as cwd
+    workdir = os.path.relpath(tmp_path_factory.mktemp("vllm-run"))
+    s = VLLMSampler.from_params(params, config, workdir=workdir, config=cfg,
                                 tokenizer=tokenizer, weight_version=0)
     yield s
     s.close()

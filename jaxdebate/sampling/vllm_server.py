@@ -149,8 +149,9 @@ class VLLMServer:
 
     def __init__(self, config: VLLMConfig, workdir: str | Path, model_dir: str | Path | None = None) -> None:
         self.config, self.dtype_reason = config.resolved()
-        self.state_dir = Path(workdir) / "vllm"
-        self.model_dir = Path(model_dir) if model_dir is not None else None
+        # absolute: the server runs with its state dir as cwd, where relative paths would not resolve
+        self.state_dir = Path(workdir).resolve() / "vllm"
+        self.model_dir = Path(model_dir).resolve() if model_dir is not None else None
         self.log_path = self.state_dir / "server.log"
         self.starts = 0
         self.url = config.url.rstrip("/") if config.url else ""
