@@ -109,6 +109,20 @@ def test_shape_rewards_validates_params_and_group_size_before_compute():
         shape_rewards("coma", {}, c, v, g, a)
 
 
+def test_shape_rewards_takes_a_config_whole():
+    """Issue 15 item 2: the trainer passes its ShapingConfig; both forms give the same rewards."""
+    c, v, g, a = _batch()
+    cfg = ShapingConfig("potential_based", {"gamma": 0.9, "potential_type": "agreement"})
+    whole = np.asarray(shape_rewards(cfg, c, v, g, a))
+    parts = np.asarray(shape_rewards(cfg.strategy, dict(cfg.params), c, v, g, a))
+    np.testing.assert_array_equal(whole, parts)
+    assert np.abs(whole).sum() > 0
+    with pytest.raises(ConfigError, match=r"n_rollouts_per_prompt=3 must equal .* G=4"):
+        shape_rewards(ShapingConfig("coma_advantage", {"n_rollouts_per_prompt": 3}), c, v, g, a)
+    with pytest.raises(TypeError, match=r"got 3 arrays after the strategy"):
+        shape_rewards(cfg, c, v, g)
+
+
 def test_shape_rewards_names_the_bad_tensor():
     c, v, g, a = _batch()
     with pytest.raises(ValueError, match=r"`correct` must be \[B, G, A, R\], got shape \(4, 3, 2\)"):

@@ -299,8 +299,7 @@ class Trainer:
         self._interruptible = False
 
         with timer("learning"):
-            shaped = shape_rewards(cfg.shaping.strategy, cfg.shaping.params, batch.correct, batch.votes,
-                                   batch.gold, batch.active)
+            shaped = shape_rewards(cfg.shaping, batch.correct, batch.votes, batch.gold, batch.active)
             adv = compute_advantages(shaped, batch.active, estimator=cfg.loss.estimator,
                                      grouping=cfg.loss.grouping, eps=cfg.loss.advantage_eps)
             truncated = batch.truncated()

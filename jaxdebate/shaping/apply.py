@@ -44,14 +44,25 @@ def _check_inputs(correct, votes, gold, active):
     return shapes[0]
 
 
-def shape_rewards(strategy: str, params: Mapping[str, Any], correct, votes, gold, active) -> jax.Array:
+def shape_rewards(strategy: str | ShapingConfig, *args) -> jax.Array:
     """Shaped rewards f32 [B, G, A, R] (0 where inactive) for a batch of B groups (DESIGN §4).
 
-    correct f32 [B, G, A, R]; votes i32 [B, G, A, R] (-1 = no answer); gold i32 [B] (-1 = none
-    correct); active bool [B, G, A, R]. Params are validated (ConfigError) before any compute,
-    including coma's n_rollouts_per_prompt == G.
+    Two forms: ``shape_rewards(config, correct, votes, gold, active)`` with a ``ShapingConfig`` (already
+    validated; what the trainer passes), or ``shape_rewards(strategy, params, correct, votes, gold,
+    active)``, whose params are validated here. correct f32 [B, G, A, R]; votes i32 [B, G, A, R] (-1 =
+    no answer); gold i32 [B] (-1 = none correct); active bool [B, G, A, R]. Everything, including
+    coma's n_rollouts_per_prompt == G, is checked (ConfigError / ValueError) before any compute.
     """
-    cfg = ShapingConfig(strategy, params)
+    if isinstance(strategy, ShapingConfig):
+        cfg, arrays = strategy, args
+    elif args:
+        cfg, arrays = ShapingConfig(strategy, args[0]), args[1:]
+    else:
+        raise TypeError("shape_rewards(strategy, params, correct, votes, gold, active): params missing")
+    if len(arrays) != 4:
+        raise TypeError("shape_rewards takes (config, correct, votes, gold, active) or (strategy, params, "
+                        f"correct, votes, gold, active); got {len(arrays)} arrays after the strategy")
+    correct, votes, gold, active = arrays
     shape = _check_inputs(correct, votes, gold, active)
     cfg.check_group_size(shape[1])
     spec = STRATEGIES[cfg.strategy]
