@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from jaxdebate.metrics import METRICS_FILE, read_metrics
+from jaxdebate.shaping import config_names
 from jaxdebate.stats import permutation_anova, t_interval, two_proportion_test, wilson_interval
 
 # Metric names written by the trainer (jaxdebate.rl.trainer) that the comparison plots use.
@@ -119,14 +120,11 @@ def final_metrics(workdir: str | Path) -> dict[str, Any]:
     return out
 
 
-# the five strategies' config-file stems (which name the runs) in DESIGN §4 order
-STRATEGY_FILES = ("identity", "difference_rewards", "potential_based", "coma", "reward_mixing")
-
-
 def strategies(runs: Sequence[Run]) -> list[str]:
-    """Strategy names: the five of the experiment in DESIGN order, then any others as first seen."""
+    """Strategy names (run-name stems): the registered strategies in registry (DESIGN) order, then
+    any others as first seen."""
     names = list(dict.fromkeys(r.strategy for r in runs))
-    rank = {name: i for i, name in enumerate(STRATEGY_FILES)}
+    rank = {name: i for i, name in enumerate(config_names())}
     return sorted(names, key=lambda n: (rank.get(n, len(rank)), names.index(n)))
 
 

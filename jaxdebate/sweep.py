@@ -21,10 +21,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxdebate.analysis import STRATEGY_FILES, aligned_table, final_metrics
+from jaxdebate.analysis import aligned_table, final_metrics
 from jaxdebate.config import LaunchConfig, apply_overrides, load_config, to_dict
 from jaxdebate.errors import ConfigError
 from jaxdebate.processes import pid_alive
+from jaxdebate.shaping import config_names
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXECUTORS = ("local", "submitit_local", "slurm")
@@ -35,9 +36,10 @@ EXIT_OK, EXIT_INTERRUPTED = 0, 130  # python -m jaxdebate.launch: finished / int
 def default_configs(family: Path | None = None) -> list[Path]:
     """The five strategy configs of a config family directory (default: ``configs/``)."""
     family = REPO_ROOT / "configs" if family is None else Path(family)
-    found = [family / f"{name}.py" for name in STRATEGY_FILES if (family / f"{name}.py").is_file()]
+    names = config_names()
+    found = [family / f"{name}.py" for name in names if (family / f"{name}.py").is_file()]
     if not found:
-        raise ConfigError(f"{family} holds none of the strategy configs {', '.join(STRATEGY_FILES)} (.py)")
+        raise ConfigError(f"{family} holds none of the strategy configs {', '.join(names)} (.py)")
     return found
 
 

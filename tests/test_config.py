@@ -67,6 +67,19 @@ def test_strategy_specific_params(family):
         assert dict(family[name].shaping.params) == params
 
 
+def test_every_family_file_is_named_for_its_registered_strategy(family):
+    """Sweeps and analysis take the strategy list from the registry (issue 15 item 2): the files of a
+    family are exactly its registered strategies' config names, in registry (DESIGN) order."""
+    from jaxdebate.shaping import STRATEGIES, config_names
+    from jaxdebate.sweep import default_configs
+
+    assert config_names()[:5] == tuple(STRATEGY_FILES)  # the built-ins first (tests may register more)
+    for name, config in family.items():
+        assert STRATEGIES[config.shaping.strategy].config_name == name
+    for directory in FAMILIES.values():
+        assert [p.stem for p in default_configs(directory)] == list(STRATEGY_FILES)
+
+
 def test_seed_values_in_every_config(configs):
     for config in configs.values():
         t, o = config.training, config.optimizer

@@ -74,6 +74,7 @@ class StrategySpec:
     fn: Callable[[Group, Mapping[str, Any]], Any]
     params: tuple[Param, ...]
     group_size_param: str | None = None
+    config_name: str = ""  # the stem of its config files and runs (``coma`` for coma_advantage)
 
     def validate(self, params: Any) -> dict[str, Any]:
         """Check keys and values; return a plain dict of normalised values."""
@@ -117,16 +118,24 @@ STRATEGIES: Mapping[str, StrategySpec] = types.MappingProxyType(_REGISTRY)
 
 
 def register_strategy(
-    name: str, params: tuple[Param, ...] = (), *, group_size_param: str | None = None
+    name: str, params: tuple[Param, ...] = (), *, group_size_param: str | None = None,
+    config_name: str | None = None,
 ) -> Callable[[Callable], Callable]:
-    """Decorator registering `fn(group: Group, params) -> shaped f32 [G, A, R]` under `name`."""
+    """Decorator registering `fn(group: Group, params) -> shaped f32 [G, A, R]` under `name`.
+
+    `config_name` (default `name`) is the stem of the strategy's config file in an experiment family
+    (``configs/coma.py``) and so of its sweep runs; sweeps and analysis list strategies from here.
+    """
 
     def deco(fn: Callable) -> Callable:
         if name in _REGISTRY:
             raise ValueError(f"shaping strategy {name!r} is already registered")
         if group_size_param is not None and group_size_param not in {p.name for p in params}:
             raise ValueError(f"group_size_param {group_size_param!r} is not a param of {name}")
-        _REGISTRY[name] = StrategySpec(name, fn, tuple(params), group_size_param)
+        stem = config_name or name
+        if stem in config_names():
+            raise ValueError(f"config name {stem!r} of strategy {name!r} is already taken")
+        _REGISTRY[name] = StrategySpec(name, fn, tuple(params), group_size_param, stem)
         return fn
 
     return deco
@@ -134,6 +143,11 @@ def register_strategy(
 
 def list_strategies() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def config_names() -> tuple[str, ...]:
+    """Every strategy's config-file stem, in registration order (the built-ins in DESIGN §4 order)."""
+    return tuple(spec.config_name for spec in _REGISTRY.values())
 
 
 def get_strategy(name: Any) -> StrategySpec:

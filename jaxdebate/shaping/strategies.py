@@ -111,6 +111,7 @@ def potential_based(group: Group, params) -> jnp.ndarray:
     "coma_advantage",
     params=(Param("n_rollouts_per_prompt", int, positive),),
     group_size_param="n_rollouts_per_prompt",
+    config_name="coma",
 )
 def coma_advantage(group: Group, params) -> jnp.ndarray:
     """shaped[g,a,r] = team[g,r] - mean_j team(votes[g,:,r] with agent a's vote := votes[j,a,r]).
