@@ -67,6 +67,9 @@ class ScriptedSampler:
     def close(self) -> None:
         pass
 
+    def stats(self) -> dict[str, float]:
+        return {"sampler/scripted_calls": float(len(self.calls))}
+
 
 class StreamingScriptedSampler(ScriptedSampler):
     """The scripted sampler as a StreamingSampler: each submitted request is answered on a thread

@@ -170,6 +170,9 @@ def test_no_recompilation_across_prompt_lengths(model, tokenizer):
         assert s.compile_counts() == {"prefill": 1, "decode": 1}
         s.generate([list(range(100, 117))], SamplingParams(temperature=1.0, max_tokens=4))  # next bucket
         assert s.compile_counts()["prefill"] == 2
+        counts = s.compile_counts()
+        assert s.stats() == {"sampler/compiled_prefill_shapes": 2.0,
+                             "sampler/compiled_decode_shapes": float(counts["decode"])}
 
 
 def _chi_square_ok(counts, probs):

@@ -224,3 +224,23 @@ def test_auto_backend_and_its_reason(tmp_path):
     for explicit in ("jax", "vllm"):
         assert choose_backend(dataclasses.replace(cpu, backend=explicit)) == (explicit, f"sampler.backend={explicit}")
     assert VLLMServer(cpu.vllm, tmp_path).config.dtype == ("bfloat16" if bf16_flags() else "float32")
+
+
+def test_every_configurable_backend_has_a_builder():
+    """Issue 15 item 4: backends are a registry, not an if/elif; the config's choices are its names."""
+    import typing
+
+    from jaxdebate.config import SamplerConfig
+    from jaxdebate.sampling.factory import BACKENDS
+
+    choices = typing.get_args(typing.get_type_hints(SamplerConfig)["backend"])
+    assert set(choices) == set(BACKENDS) | {"auto"}
+
+
+def test_sampler_metrics_report_a_sync_only_in_its_step():
+    from jaxdebate.sampling.base import sampler_metrics
+
+    stats = {"sampler/restarts": 1, "sync/version": 3.0, "sync/export_s": 0.4, "sync/reload_s": 0.2}
+    assert sampler_metrics(stats, 3) == {"sampler/restarts": 1.0, "sync/export_s": 0.4, "sync/reload_s": 0.2}
+    assert sampler_metrics(stats, 4) == {"sampler/restarts": 1.0}
+    assert sampler_metrics({}, 1) == {}

@@ -31,13 +31,15 @@ from jaxdebate.rl.grpo import Learner, TrainState
 from jaxdebate.rl.preflight import check_prompts_fit
 from jaxdebate.rl.timing import PhaseTimer
 from jaxdebate.rl.validation import validate
-from jaxdebate.sampling.base import SamplingParams
+from jaxdebate.sampling.base import SamplingParams, sampler_metrics
 from jaxdebate.sampling.factory import make_sampler
 
 CONFIG_FILE = "config.json"
 UNREADABLE_DIR = "unreadable_checkpoints"  # damaged checkpoint steps are moved here on resume, not deleted
-# Keys that vary between otherwise identical runs (wall-clock), excluded when comparing metrics.
-NONDETERMINISTIC_PREFIXES = ("time", "time/", "throughput/", "sampler/concurrency")
+# Keys that vary between otherwise identical runs (wall-clock, what this process has compiled so far),
+# excluded when comparing metrics.
+NONDETERMINISTIC_PREFIXES = ("time", "time/", "throughput/", "sampler/concurrency", "sampler/compiled_",
+                             "sync/")
 
 
 def _copy_tree(tree):
@@ -365,11 +367,7 @@ class Trainer:
         m["weights/sampler_version"] = float(self.sampler_version)
         m["weights/ref_version"] = float(self.ref_version)
         m["weights/sampler_lag"] = float(step - 1 - min(t.weight_version for t in batch.turns)) if batch.turns else 0.0
-        sync = getattr(self.sampler, "last_sync", None)  # server backends: per-sync latency, restarts
-        if sync is not None and sync.version == step:
-            m["sync/export_s"], m["sync/reload_s"] = sync.export_s, sync.reload_s
-        if hasattr(self.sampler, "restarts"):
-            m["sampler/restarts"] = float(self.sampler.restarts)
+        m.update(sampler_metrics(self.sampler.stats(), step))
         self._step_seconds = time.perf_counter() - step_start
         self._sampled_tokens = float(batch.stats.get("completion_tokens", 0))
         self._learner_tokens = float(bstats.get("sequence_tokens", 0))

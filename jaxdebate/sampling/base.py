@@ -103,6 +103,14 @@ class Sampler(Protocol):
         """Release processes, threads and device memory held by the sampler."""
         ...
 
+    def stats(self) -> dict[str, float]:
+        """The backend's own figures for the metrics log, keyed by metric name ({} when it has none).
+
+        A server backend reports ``sampler/restarts`` and, once weights were synced, the last sync's
+        ``sync/version``, ``sync/export_s`` and ``sync/reload_s``; the JAX sampler its compiled shapes.
+        """
+        ...
+
 
 @runtime_checkable
 class StreamingSampler(Sampler, Protocol):
@@ -114,6 +122,14 @@ class StreamingSampler(Sampler, Protocol):
         """Start sampling ``params.n`` completions of one prompt; the future holds their list.
         Seeded exactly like a one-prompt :meth:`generate` call."""
         ...
+
+
+def sampler_metrics(stats: dict[str, float], step: int) -> dict[str, float]:
+    """A step's share of :meth:`Sampler.stats`: the ``sync/*`` latencies only when that step's weights
+    were the last synced (``sync/version == step``), the version itself dropped, the rest as given."""
+    synced = stats.get("sync/version") == step
+    return {k: float(v) for k, v in stats.items()
+            if k != "sync/version" and (synced or not k.startswith("sync/"))}
 
 
 def per_prompt_params(

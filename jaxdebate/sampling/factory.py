@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from jaxdebate.config import SamplerConfig
 from jaxdebate.errors import ConfigError
@@ -68,6 +68,29 @@ def describe(config: SamplerConfig, backend: str, reason: str) -> str:
     return f"sampler: vllm ({reason}); served in {resolved.dtype} ({why})"
 
 
+def _jax_backend(config: SamplerConfig, params: Any, model_config: Any, tokenizer: Any, *, workdir, max_total_len,
+                 mesh, seed, version) -> Sampler:
+    from jaxdebate.sampling.jax_sampler import JaxSampler
+
+    kwargs = {} if max_total_len is None else {"max_total_len": max_total_len}
+    return JaxSampler(params, model_config, tokenizer, mesh=mesh, seed=seed, weight_version=version, **kwargs)
+
+
+def _vllm_backend(config: SamplerConfig, params: Any, model_config: Any, tokenizer: Any, *, workdir, max_total_len,
+                  mesh, seed, version) -> Sampler:
+    from jaxdebate.sampling.vllm_sampler import VLLMSampler
+
+    if workdir is None:
+        raise ConfigError("the vLLM sampler needs a workdir (for its log and exported weights)")
+    return VLLMSampler.from_params(params, model_config, workdir=workdir, config=config.vllm,
+                                   tokenizer=tokenizer, weight_version=version)
+
+
+# backend name -> builder(config, params, model_config, tokenizer, *, workdir, max_total_len, mesh, seed,
+# version); a new backend adds its builder here and its name to SamplerConfig.backend
+BACKENDS: dict[str, Callable[..., Sampler]] = {"jax": _jax_backend, "vllm": _vllm_backend}
+
+
 def make_sampler(
     config: SamplerConfig,
     params: Any,
@@ -85,19 +108,7 @@ def make_sampler(
     temp files in ``workdir/vllm/``."""
     backend, reason = choose_backend(config)
     print(f"[jaxdebate] {describe(config, backend, reason)}", file=sys.stderr)
-    if backend == "jax":
-        from jaxdebate.sampling.jax_sampler import JaxSampler
-
-        kwargs = {} if max_total_len is None else {"max_total_len": max_total_len}
-        return JaxSampler(params, model_config, tokenizer, mesh=mesh, seed=seed,
-                          weight_version=version, **kwargs)
-    if backend == "vllm":
-        from jaxdebate.sampling.vllm_sampler import VLLMSampler
-
-        if workdir is None:
-            raise ConfigError("the vLLM sampler needs a workdir (for its log and exported weights)")
-        return VLLMSampler.from_params(
-            params, model_config, workdir=workdir, config=config.vllm,
-            tokenizer=tokenizer, weight_version=version,
-        )
-    raise ConfigError(f"sampler.backend must be 'jax' or 'vllm', got {backend!r}")
+    if backend not in BACKENDS:
+        raise ConfigError(f"sampler.backend must be one of {', '.join(BACKENDS)} or auto, got {backend!r}")
+    return BACKENDS[backend](config, params, model_config, tokenizer, workdir=workdir,
+                             max_total_len=max_total_len, mesh=mesh, seed=seed, version=version)

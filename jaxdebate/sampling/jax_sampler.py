@@ -256,6 +256,10 @@ class JaxSampler:
                     results[row] = completion
             return [[results[(i, j)] for j in range(sp.n)] for i, sp in enumerate(per_prompt)]
 
+    def stats(self) -> dict[str, float]:
+        """How many prefill and decode shapes are compiled (rising late in a run means recompiles)."""
+        return {f"sampler/compiled_{k}_shapes": float(v) for k, v in self.compile_counts().items()}
+
     def compile_counts(self) -> dict[str, int]:
         """How many shapes the prefill and decode functions were compiled for (a recompilation check)."""
         return {

@@ -212,6 +212,15 @@ class VLLMSampler:
     def last_sync(self) -> SyncStats | None:
         return self.syncs[-1] if self.syncs else None
 
+    def stats(self) -> dict[str, float]:
+        """Server restarts so far and the last weight sync's version and latency."""
+        out = {"sampler/restarts": float(self.restarts)}
+        sync = self.last_sync
+        if sync is not None:
+            out.update({"sync/version": float(sync.version), "sync/export_s": sync.export_s,
+                        "sync/reload_s": sync.reload_s})
+        return out
+
     def generate(
         self,
         prompts: Sequence[Sequence[int]],
