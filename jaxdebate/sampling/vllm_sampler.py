@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxdebate.errors import ConfigError, SamplerError
-from jaxdebate.processes import pid_alive
+from jaxdebate.processes import pid_alive, wait_until
 from jaxdebate.sampling.base import Completion, SamplingParams, per_prompt_params
 from jaxdebate.sampling.vllm_config import VLLMConfig
 from jaxdebate.sampling.vllm_server import SERVED_MODEL_NAME, ServerUnavailable, VLLMServer
@@ -409,12 +409,7 @@ class VLLMSampler:
         try:
             server.collective_rpc("reload_weights", {"weights_path": str(source)})
             server.collective_rpc("refresh_lm_head")
-            for _ in range(20):
-                result = server.request("/reset_prefix_cache") or {}
-                if result.get("success", True):
-                    break
-                time.sleep(0.05)
-            else:
+            if not wait_until(lambda: (server.request("/reset_prefix_cache") or {}).get("success", True), 1.0, 0.05):
                 raise SamplerError("vLLM refused to reset its prefix cache after a weight sync")
         finally:
             with contextlib.suppress(ServerUnavailable):
@@ -442,11 +437,8 @@ class VLLMSampler:
         self._refresh_model_info()
 
     def _wait_external(self, error: Exception) -> None:
-        deadline = time.monotonic() + self.config.startup_timeout_s
-        while not self.server.healthy(timeout=5.0):
-            if time.monotonic() > deadline:
-                raise SamplerError(f"the vLLM server at {self.server.url} stopped answering: {error}") from error
-            time.sleep(1.0)
+        if not wait_until(lambda: self.server.healthy(timeout=5.0), self.config.startup_timeout_s, 1.0):
+            raise SamplerError(f"the vLLM server at {self.server.url} stopped answering: {error}") from error
 
     def _refresh_model_info(self) -> None:
         info = self.server.model_info()

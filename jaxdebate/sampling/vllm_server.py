@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxdebate.errors import ConfigError, SamplerError
-from jaxdebate.processes import group_alive
+from jaxdebate.processes import group_alive, wait_until
 from jaxdebate.sampling import vllm_guard, vllm_worker_ext
 from jaxdebate.sampling.hardware import is_cpu_build, vllm_dtype
 from jaxdebate.sampling.vllm_config import VLLMConfig
@@ -230,22 +230,20 @@ class VLLMServer:
         return self
 
     def _wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
+        def started() -> bool:
             code = self._proc.poll()
             if code is not None:
                 raise SamplerError(
                     f"the vLLM server exited with code {code} while starting on {self.model_dir}; "
                     f"last lines of {self.log_path}:\n{self.log_tail()}"
                 )
-            if self.healthy(timeout=2.0):
-                return
-            if time.monotonic() > deadline:
-                raise SamplerError(
-                    f"the vLLM server did not become healthy within sampler.vllm.startup_timeout_s="
-                    f"{timeout:g} s; last lines of {self.log_path}:\n{self.log_tail()}"
-                )
-            time.sleep(0.5)
+            return self.healthy(timeout=2.0)
+
+        if not wait_until(started, timeout, 0.5):
+            raise SamplerError(
+                f"the vLLM server did not become healthy within sampler.vllm.startup_timeout_s="
+                f"{timeout:g} s; last lines of {self.log_path}:\n{self.log_tail()}"
+            )
 
     def stop(self) -> None:
         """Stop the server and every process of its group (SIGTERM, then SIGKILL after a grace)."""
@@ -254,19 +252,14 @@ class VLLMServer:
         if proc is not None:
             pgid = proc.pid
             _signal_group(pgid, signal.SIGTERM)
-            deadline = time.monotonic() + _STOP_GRACE_S
+            deadline = time.monotonic() + _STOP_GRACE_S  # one grace for the leader and its workers
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=_STOP_GRACE_S)
-            while group_alive(pgid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            if group_alive(pgid):
+            if not wait_until(lambda: not group_alive(pgid), max(deadline - time.monotonic(), 0.0), 0.2):
                 log.warning("vLLM server group %d ignored SIGTERM; sending SIGKILL", pgid)
                 _signal_group(pgid, signal.SIGKILL)
             proc.wait()
-            for _ in range(50):  # orphans are reaped by init shortly after SIGKILL
-                if not group_alive(pgid):
-                    break
-                time.sleep(0.1)
+            wait_until(lambda: not group_alive(pgid), 5.0, 0.1)  # orphans are reaped by init shortly after SIGKILL
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
