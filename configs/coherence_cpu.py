@@ -4,8 +4,9 @@ of levels 2-3 (where the 135M model has real but incomplete skill) with the ``an
 (a disjoint slice). GSM8K-Platinum is a second evaluation in its own directory:
 
     python -m jaxdebate.coherence all --config configs/coherence_cpu.py
-    python -m jaxdebate.coherence eval --config configs/coherence_cpu.py \\
-        --set data.eval=gsm8k_platinum eval.dir=eval_gsm8k_platinum sampler.max_new_tokens=256
+    python -m jaxdebate.coherence eval --config configs/coherence_cpu.py --set data.eval=gsm8k_platinum \\
+        --set eval.dir=eval_gsm8k_platinum --set sampler.max_new_tokens=256
+    python -m jaxdebate.coherence.results runs/coherence_cpu --out results/coherence
 """
 
 from configs import coherence

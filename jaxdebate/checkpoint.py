@@ -1,261 +1,26 @@
-"""orbax checkpoints: a small ``Checkpointer`` over ``CheckpointManager``, and notebook entry points.
+"""A trained run's policy for notebooks and tools: a workdir in, parameters, config and exports out.
 
-A checkpoint is one step directory holding one orbax item per top-level key of the saved state
-(``params``, ``opt_state``, ``ref_params``, ...) plus a JSON ``metadata`` item (step, data position,
-sampler weight version, the config as a plain dict). Items are separate so a notebook can load the
-policy's parameters without reading the optimiser state.
+The storage itself (``Checkpointer`` over orbax, re-exported here) is :mod:`jaxdebate.checkpointer`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
-import logging
-import shutil
-import sys
-from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
-import jax
-import numpy as np
-
-from jaxdebate.errors import ConfigError, JaxDebateError
-
-CHECKPOINT_SUBDIR = "checkpoints"
-_METADATA = "metadata"
-_ITEMS_KEY = "__items__"
-_LEAF_KEY = "__leaf__"
-
-
-class CheckpointError(JaxDebateError):
-    """A checkpoint directory that is missing, empty or unreadable."""
-
-
-def _reason(error: BaseException) -> str:
-    """A one-line, bounded description of an orbax/tensorstore error (theirs span many lines)."""
-    lines = str(error).strip().splitlines()
-    text = lines[0] if lines else ""
-    return f"{type(error).__name__}: {text[:300]}{'...' if len(text) > 300 or len(lines) > 1 else ''}"
-
-
-def _collect_quietly() -> None:
-    """Finalise what a failed orbax read leaves behind now, without printing: its abandoned async
-    reads otherwise print "Exception ignored ... Traceback" whenever the garbage collector meets them."""
-    previous = sys.unraisablehook
-    sys.unraisablehook = lambda unraisable: None
-    try:
-        gc.collect()
-    finally:
-        sys.unraisablehook = previous
-
-
-def _ocp():
-    import orbax.checkpoint as ocp
-
-    # orbax logs every save/restore at INFO and warns about items it was not asked to restore.
-    logging.getLogger("absl").setLevel(logging.ERROR)
-    return ocp
-
-
-def _is_container(x: Any) -> bool:
-    return isinstance(x, (Mapping, list, tuple)) and len(x) > 0
-
-
-class Checkpointer:
-    """Save and restore ``{item_name: pytree}`` states with JSON metadata, keeping the last ``keep_last``.
-
-    ``save(step, state, metadata)`` writes synchronously (a step directory appears only once complete,
-    so a process killed mid-save leaves the previous checkpoint intact).
-    """
-
-    def __init__(self, directory: str | Path, keep_last: int = 2, *, create: bool = True) -> None:
-        if keep_last < 1:
-            raise ConfigError(f"checkpoint.n_last_ckpts_to_keep must be >= 1, got {keep_last}")
-        ocp = _ocp()
-        self.directory = Path(directory).expanduser().resolve()
-        if create:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        elif not self.directory.is_dir():
-            raise CheckpointError(f"checkpoint directory not found: {self.directory}")
-        options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep_last, create=create, enable_async_checkpointing=False
-        )
-        self._manager = ocp.CheckpointManager(self.directory, options=options)
-
-    def all_steps(self) -> list[int]:
-        return sorted(self._manager.all_steps())
-
-    def latest_step(self) -> int | None:
-        return self._manager.latest_step()
-
-    def save(self, step: int, state: Mapping[str, Any], metadata: Mapping[str, Any] | None = None,
-             force: bool = False) -> bool:
-        """Write ``state`` (a dict of pytrees; leaves of jax/numpy arrays or scalars) at ``step``."""
-        ocp = _ocp()
-        if not isinstance(state, Mapping) or not state:
-            raise TypeError("Checkpointer.save expects a non-empty dict {item_name: pytree}")
-        if _METADATA in state:
-            raise ValueError(f"'{_METADATA}' is reserved for the JSON metadata item")
-        meta = dict(metadata or {})
-        meta[_ITEMS_KEY] = sorted(state)
-        args = {}
-        for name, tree in state.items():
-            tree = tree if _is_container(tree) else {_LEAF_KEY: tree}
-            args[name] = ocp.args.StandardSave(jax.tree.map(_savable, tree))
-        args[_METADATA] = ocp.args.JsonSave(_jsonable(meta))
-        saved = self._manager.save(int(step), args=ocp.args.Composite(**args), force=force)
-        self._manager.wait_until_finished()
-        return bool(saved)
-
-    def _resolve_step(self, step: int | None) -> int:
-        steps = self.all_steps()
-        if not steps:
-            raise CheckpointError(f"no checkpoint in {self.directory}")
-        if step is None:
-            return steps[-1]
-        if int(step) not in steps:
-            raise CheckpointError(f"no checkpoint for step {step} in {self.directory} (have {steps})")
-        return int(step)
-
-    def step_dir(self, step: int) -> Path:
-        """The directory of one checkpointed step (named in every read error)."""
-        return self.directory / str(int(step))
-
-    def reload(self) -> None:
-        """Re-read the list of steps from disk (after a step directory was moved away)."""
-        self._manager.reload()
-
-    def move_aside(self, step: int, destination: Path) -> Path:
-        """Move a (damaged) step's directory into ``destination`` instead of deleting it; the new path."""
-        destination.mkdir(parents=True, exist_ok=True)
-        target = destination / str(int(step))
-        n = 1
-        while target.exists():
-            n += 1
-            target = destination / f"{int(step)}.{n}"
-        shutil.move(str(self.step_dir(step)), str(target))
-        self.reload()
-        return target
-
-    def metadata(self, step: int | None = None) -> dict[str, Any]:
-        ocp = _ocp()
-        step = self._resolve_step(step)
-        failure = None
-        try:
-            out = self._manager.restore(step, args=ocp.args.Composite(**{_METADATA: ocp.args.JsonRestore()}))
-            meta = out[_METADATA]
-        except Exception as e:  # noqa: BLE001 - orbax raises anything from KeyError to bare Exception
-            failure = f"checkpoint {self.step_dir(step)} is unreadable (metadata): {_reason(e)}"
-        if failure is not None:
-            _collect_quietly()
-            raise CheckpointError(failure)
-        if not isinstance(meta, Mapping):
-            raise CheckpointError(f"checkpoint {self.step_dir(step)} is unreadable (metadata): not a JSON object")
-        return dict(meta)
-
-    def restore(self, step: int | None = None, target: Mapping[str, Any] | None = None,
-                items: Iterable[str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        """``(state, metadata)`` of ``step`` (default: the latest).
-
-        ``target`` maps item names to pytrees (concrete or ``jax.ShapeDtypeStruct``) giving the structure,
-        dtypes and shardings to restore into; items absent from ``target`` come back as saved (nested
-        dicts/lists of arrays). ``items`` restricts which items are read (default: all, or ``target``'s).
-        """
-        ocp = _ocp()
-        step = self._resolve_step(step)
-        meta = self.metadata(step)
-        saved_items = list(meta.pop(_ITEMS_KEY, []))
-        target = dict(target or {})
-        wanted = list(items) if items is not None else (list(target) if target else saved_items)
-        missing = [name for name in wanted if name not in saved_items]
-        if missing:
-            raise CheckpointError(
-                f"checkpoint step {step} in {self.directory} has no item(s) {missing} (has {saved_items})"
-            )
-        args = {}
-        wrapped = {}
-        for name in wanted:
-            tgt = target.get(name)
-            if tgt is not None:
-                wrapped[name] = not _is_container(tgt)
-                tgt = {_LEAF_KEY: tgt} if wrapped[name] else tgt
-                args[name] = ocp.args.StandardRestore(jax.tree.map(_restore_target, tgt))
-            else:
-                args[name] = ocp.args.StandardRestore()
-        failure = None
-        try:
-            out = self._manager.restore(step, args=ocp.args.Composite(**args))
-        except Exception as e:  # noqa: BLE001 - damaged files, or a target that does not match
-            failure = f"checkpoint {self.step_dir(step)} is unreadable (items {wanted}): {_reason(e)}"
-        if failure is not None:
-            _collect_quietly()
-            raise CheckpointError(failure)
-        state = {}
-        for name in wanted:
-            tree = out[name]
-            if isinstance(tree, Mapping) and set(tree) == {_LEAF_KEY}:
-                tree = tree[_LEAF_KEY]
-            state[name] = tree
-        return state, meta
-
-    def close(self) -> None:
-        self._manager.close()
-
-    def __enter__(self) -> Checkpointer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def _savable(x: Any) -> Any:
-    if isinstance(x, (bool, int, float)):
-        return np.asarray(x)
-    return x
-
-
-def _restore_target(x: Any) -> Any:
-    if isinstance(x, (bool, int, float)):
-        return np.asarray(x)
-    return x
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, Mapping):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, (np.ndarray, jax.Array)):
-        return np.asarray(x).tolist()
-    return x
-
-
-# ---------------------------------------------------------------------------------------------------
-# Entry points for notebooks: a run's workdir in, the trained policy out.
-# ---------------------------------------------------------------------------------------------------
-
-
-def checkpoint_dir(workdir: str | Path) -> Path:
-    return Path(workdir).expanduser().resolve() / CHECKPOINT_SUBDIR
-
-
-def _open(workdir: str | Path) -> Checkpointer:
-    directory = checkpoint_dir(workdir)
-    if not directory.is_dir():
-        raise CheckpointError(f"{workdir} has no '{CHECKPOINT_SUBDIR}' directory (is it a run's workdir?)")
-    return Checkpointer(directory, create=False)
-
-
-def latest_step(workdir: str | Path) -> int | None:
-    """The newest checkpointed step of a run's workdir, or None."""
-    directory = checkpoint_dir(workdir)
-    if not directory.is_dir():
-        return None
-    with contextlib.closing(Checkpointer(directory, create=False)) as ckpt:
-        return ckpt.latest_step()
+from jaxdebate.checkpointer import (
+    CHECKPOINT_SUBDIR,
+    CheckpointError,
+    Checkpointer,
+    checkpoint_dir,
+    latest_step,
+    open_run,
+)
+from jaxdebate.config import Config
+from jaxdebate.configlib import from_dict
+from jaxdebate.model import LlamaConfig, export_hf, load, peft_export
+from jaxdebate.model.lora import merge
+from jaxdebate.model.tokenizer import load_tokenizer
 
 
 def restore(workdir: str | Path, step: int | None = None):
@@ -265,9 +30,6 @@ def restore(workdir: str | Path, step: int | None = None):
     adapter, config = restore_trainable(workdir, step)
     if not config.model.lora.enabled:
         return adapter, config
-    from jaxdebate.model import load
-    from jaxdebate.model.lora import merge
-
     base, _ = load(config.model.source, dtype=config.model.dtype)
     return merge(base, adapter, config.model.lora.scale), config
 
@@ -275,9 +37,7 @@ def restore(workdir: str | Path, step: int | None = None):
 def restore_trainable(workdir: str | Path, step: int | None = None):
     """``(tree, config)``: what the run trains at ``step`` as stored (the parameter tree, or under
     LoRA the adapter ``{group: {module: {lora_A, lora_B}}}``)."""
-    from jaxdebate.config import Config, from_dict
-
-    with contextlib.closing(_open(workdir)) as ckpt:
+    with contextlib.closing(open_run(workdir)) as ckpt:
         state, meta = ckpt.restore(step, items=["params"])
     return state["params"], from_dict(Config, meta["config"])
 
@@ -285,8 +45,6 @@ def restore_trainable(workdir: str | Path, step: int | None = None):
 def export_adapter(workdir: str | Path, out_dir: str | Path, step: int | None = None) -> Path:
     """Write a LoRA-GRPO run's adapter at ``step`` in the PEFT format
     (``peft.PeftModel.from_pretrained`` on the exported base model loads it)."""
-    from jaxdebate.model import peft_export
-
     adapter, config = restore_trainable(workdir, step)
     if not config.model.lora.enabled:
         raise CheckpointError(f"{workdir} trained every weight (model.lora.rank=0): there is no adapter "
@@ -296,11 +54,8 @@ def export_adapter(workdir: str | Path, out_dir: str | Path, step: int | None = 
 
 def load_policy(workdir: str | Path, step: int | None = None):
     """``(params, llama_config, tokenizer, config)``: everything needed to sample from a trained run."""
-    from jaxdebate.model import LlamaConfig
-    from jaxdebate.model.tokenizer import load_tokenizer
-
     params, config = restore(workdir, step)
-    with contextlib.closing(_open(workdir)) as ckpt:
+    with contextlib.closing(open_run(workdir)) as ckpt:
         meta = ckpt.metadata(step)
     llama = LlamaConfig(**meta["model_config"])
     return params, llama, load_tokenizer(config.model.source), config
@@ -309,8 +64,6 @@ def load_policy(workdir: str | Path, step: int | None = None):
 def export_checkpoint(workdir: str | Path, out_dir: str | Path, step: int | None = None,
                       *, dtype: str = "float32") -> Path:
     """Write a run's policy at ``step`` as an HF directory (config.json, safetensors, tokenizer)."""
-    from jaxdebate.model import export_hf
-
     params, llama, tokenizer, _ = load_policy(workdir, step)
     out = Path(out_dir)
     export_hf(params, llama, out, tokenizer=tokenizer, dtype=dtype)

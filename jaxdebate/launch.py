@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"items, every round-1 prompt within {budget} tokens; up to {config.samples_per_step} "
                   f"training samples per step; {describe(config.sampler, backend, why)}")
             return EXIT_OK
-        from jaxdebate.checkpoint import latest_step
+        from jaxdebate.checkpointer import latest_step
         from jaxdebate.rl.trainer import train as run_training
 
         enable_compilation_cache()

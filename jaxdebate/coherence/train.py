@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxdebate.checkpoint import Checkpointer
+from jaxdebate.checkpointer import Checkpointer
 from jaxdebate.coherence import batching
 from jaxdebate.coherence.config import CoherenceConfig, DPOConfig
 from jaxdebate.coherence.dpo import dpo_loss, sequence_logprobs

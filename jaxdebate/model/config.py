@@ -1,12 +1,14 @@
-"""LlamaConfig: the architecture hyper-parameters of a Llama-family model, read from / written to HF
-``config.json`` dicts. Frozen and hashable so it can be a static argument of ``jax.jit``."""
+"""The model's configuration: ``LlamaConfig`` (the architecture hyper-parameters of a Llama-family
+model, read from / written to HF ``config.json`` dicts; frozen and hashable so it can be a static
+argument of ``jax.jit``), and the experiment config's ``model`` section with its LoRA settings."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar, Literal
 
+from jaxdebate.configlib import Section
 from jaxdebate.errors import ConfigError, WeightsError
 
 DTYPES = ("float32", "bfloat16")
@@ -210,3 +212,71 @@ def _first_id(value: Any, default: int) -> int:
     if isinstance(value, (list, tuple)):
         return int(value[0]) if value else default
     return int(value)
+
+
+#: LoRA-adaptable modules by their HF names (every linear layer of a Llama block).
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraConfig(Section):
+    """LoRA adapter: rank ``r``, scaling ``alpha / r``, target modules by their HF names
+    (:mod:`jaxdebate.model.lora`). The coherence pipeline's ``lora`` section."""
+
+    _name: ClassVar[str] = "lora"
+    rank: int = 16
+    alpha: float = 32.0
+    targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+    _min_rank: ClassVar[int] = 1
+
+    def validate(self) -> None:
+        if self.rank < self._min_rank:
+            self._fail("rank", f"must be >= {self._min_rank}")
+        if not self.alpha > 0:
+            self._fail("alpha", "must be > 0")
+        unknown = sorted(set(self.targets) - set(LORA_TARGETS))
+        if not self.targets or unknown or len(set(self.targets)) != len(self.targets):
+            self._fail("targets", f"must be distinct module names from {list(LORA_TARGETS)}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.rank
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyLoraConfig(LoraConfig):
+    """``model.lora``: train a LoRA adapter on the frozen base instead of every weight (LoRA-GRPO).
+    ``rank`` 0 (the default) is off: full fine-tuning."""
+
+    _name: ClassVar[str] = "model.lora"
+    _min_rank: ClassVar[int] = 0
+    rank: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(Section):
+    """Which policy to train (a source string, see :mod:`jaxdebate.model.sources`) and how to compute.
+
+    ``dtype`` is the compute dtype (parameters and optimiser state stay float32); ``remat`` is the
+    per-layer rematerialisation of the backward pass (``none``/``full``/``dots``); ``logprob_chunk`` is
+    how many tokens the output head processes at once (the full logits are never materialised);
+    ``lora`` with ``rank > 0`` trains an adapter on the frozen base (:class:`PolicyLoraConfig`).
+    """
+
+    _name: ClassVar[str] = "model"
+    source: str = "smollm2"
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    remat: Literal["none", "full", "dots"] = "none"
+    logprob_chunk: int = 1024
+    lora: PolicyLoraConfig = dataclasses.field(default_factory=PolicyLoraConfig)
+
+    def validate(self) -> None:
+        if not self.source.strip():
+            self._fail("source", "must be a model source string (smollm2, tiny, a directory, ORG/NAME)")
+        if self.logprob_chunk < 1:
+            self._fail("logprob_chunk", "must be >= 1")

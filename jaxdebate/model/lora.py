@@ -20,8 +20,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxdebate.config import LORA_TARGETS as TARGET_MODULES
-from jaxdebate.config import LoraConfig
+from jaxdebate.model.config import LORA_TARGETS as TARGET_MODULES
+from jaxdebate.model.config import LoraConfig
 from jaxdebate.errors import ConfigError
 
 Adapter = dict[str, dict[str, dict[str, jax.Array]]]

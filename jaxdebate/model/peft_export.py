@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxdebate.config import LoraConfig
+from jaxdebate.model.config import LoraConfig
 from jaxdebate.model.lora import Adapter
 from jaxdebate.errors import WeightsError
 

@@ -25,10 +25,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxdebate.config import LoraConfig, LossConfig, OptimizerConfig
 from jaxdebate.model import LlamaConfig, forward, hidden_logprobs
 from jaxdebate.model import lora as lora_lib
+from jaxdebate.model.config import LoraConfig
 from jaxdebate.rl.batching import FORWARD_KEYS, WINDOW_KEYS
+from jaxdebate.rl.config import LossConfig, OptimizerConfig
 from jaxdebate.rl.losses import metric_sums, policy_loss
 from jaxdebate.schedules import warmup_then_decay
 

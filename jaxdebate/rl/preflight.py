@@ -4,11 +4,14 @@ and by ``launch --dry-run``, so a bad item stops the run before step 1, naming f
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from jaxdebate.config import Config
 from jaxdebate.data.items import Item
 from jaxdebate.debate.envs import DebateEnv, make_env, route
 from jaxdebate.debate.fitting import check_first_prompts
+
+if TYPE_CHECKING:
+    from jaxdebate.config import Config
 
 
 def envs_for(items: Sequence[Item], config: Config, remap: Mapping[str, str] | None) -> list[DebateEnv]:

@@ -16,14 +16,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdebate.checkpoint import CheckpointError, Checkpointer, checkpoint_dir
-from jaxdebate.config import Config, diff, to_dict
+from jaxdebate.checkpointer import CheckpointError, Checkpointer, checkpoint_dir
+from jaxdebate.configlib import diff, from_dict, to_dict
 from jaxdebate.errors import ConfigError
 from jaxdebate.metrics import MetricWriter
 from jaxdebate.rl.batching import Sample, make_microbatches, rows_cap_for
@@ -34,10 +34,15 @@ from jaxdebate.rl.validation import validate
 from jaxdebate.sampling.base import SamplingParams, sampler_metrics
 from jaxdebate.sampling.factory import make_sampler
 
+if TYPE_CHECKING:  # the root config sits above the learner; the trainer only reads its sections
+    from jaxdebate.config import Config
+
 CONFIG_FILE = "config.json"
 UNREADABLE_DIR = "unreadable_checkpoints"  # damaged checkpoint steps are moved here on resume, not deleted
 # Keys that vary between otherwise identical runs (wall-clock, what this process has compiled so far),
 # excluded when comparing metrics.
+_SECTIONS = ("model", "data", "debate", "sampler", "shaping", "loss", "optimizer", "training", "checkpoint",
+             "logging")
 NONDETERMINISTIC_PREFIXES = ("time", "time/", "throughput/", "sampler/concurrency", "sampler/compiled_",
                              "sync/")
 
@@ -69,7 +74,7 @@ class Trainer:
     """One experiment in ``workdir`` (checkpoints/, metrics.jsonl, tensorboard/, config.json)."""
 
     def __init__(self, config: Config, workdir: str | Path) -> None:
-        if not isinstance(config, Config):
+        if not _is_experiment_config(config):
             raise ConfigError(f"Trainer needs a jaxdebate.config.Config, got {type(config).__name__}")
         self.config = config
         self.workdir = Path(workdir).expanduser().resolve()
@@ -201,7 +206,7 @@ class Trainer:
             raise CheckpointError(f"checkpoint {self.checkpointer.step_dir(step)} is unreadable (metadata): "
                                   f"no {', '.join(missing)}")
         saved = to_dict(self.config)
-        changed = diff(self.config, _config_from(meta.get("config", saved)))
+        changed = diff(self.config, from_dict(type(self.config), meta.get("config", saved)))
         if changed:
             print(f"[jaxdebate] resuming step {step} with a changed config: "
                   + ", ".join(f"{p}: {b!r} -> {a!r}" for p, a, b in changed), file=sys.stderr)
@@ -465,10 +470,11 @@ class Trainer:
                     print(f"[jaxdebate] closing {name} failed: {e}", file=sys.stderr)
 
 
-def _config_from(data: dict[str, Any]) -> Config:
-    from jaxdebate.config import from_dict
-
-    return from_dict(Config, data)
+def _is_experiment_config(config: Any) -> bool:
+    """A config instance with every section the trainer reads (jaxdebate.config.Config is one; the
+    trainer does not import it, the root sits above the learner's own sections)."""
+    return (dataclasses.is_dataclass(config) and not isinstance(config, type)
+            and all(hasattr(config, s) for s in _SECTIONS))
 
 
 def train(config: Config, workdir: str | Path) -> RunResult:

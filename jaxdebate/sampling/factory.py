@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from jaxdebate.config import SamplerConfig
+from jaxdebate.sampling.config import SamplerConfig
 from jaxdebate.errors import ConfigError
 from jaxdebate.sampling.base import Sampler
 from jaxdebate.sampling.hardware import bf16_flags, is_cpu_build

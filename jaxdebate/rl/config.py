@@ -1,0 +1,137 @@
+"""The experiment config's learner sections: ``loss`` (the policy-gradient objective), ``optimizer``
+and ``training`` (steps, batch sizes, micro-batching, validation and checkpoint cadence)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar, Literal
+
+from jaxdebate.configlib import Section
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig(Section):
+    """The policy-gradient objective (same for every shaping strategy).
+
+    ``estimator``/``grouping``/``advantage_eps``: advantages from shaped rewards (DESIGN §4).
+    ``clip_eps`` (and ``clip_eps_high``, default = ``clip_eps``): the PPO ratio clip against the
+    learner's own log-probs before the update. ``importance_weight_cap``: the truncated importance
+    weight ``min(exp(old_learner - sampler), cap)`` correcting for a lagging sampler. ``beta``: k3 KL
+    to the reference policy. ``aggregation``: ``token`` (mean over all completion tokens of the
+    batch) or ``sequence`` (mean over a sequence's tokens, then over sequences). ``ppo_epochs``:
+    optimiser updates per sampled batch (1 = on-policy GRPO; >1 makes the clip matter).
+    ``filter_zero_signal``/``filter_truncated``: drop groups whose shaped rewards are all equal and
+    truncated completions.
+    """
+
+    _name: ClassVar[str] = "loss"
+    estimator: Literal["grpo", "rloo"] = "grpo"
+    grouping: Literal["prompt", "agent_round"] = "prompt"
+    advantage_eps: float = 1e-6
+    clip_eps: float = 0.2
+    clip_eps_high: float | None = None
+    importance_weight_cap: float = 2.0
+    beta: float = 0.03
+    aggregation: Literal["token", "sequence"] = "token"
+    ppo_epochs: int = 1
+    filter_zero_signal: bool = True
+    filter_truncated: bool = True
+
+    def validate(self) -> None:
+        if not self.advantage_eps > 0:
+            self._fail("advantage_eps", "must be > 0")
+        if not 0 < self.clip_eps < 1:
+            self._fail("clip_eps", "must be in (0, 1)")
+        if self.clip_eps_high is not None and not self.clip_eps_high > 0:
+            self._fail("clip_eps_high", "must be > 0")
+        if not self.importance_weight_cap >= 1:
+            self._fail("importance_weight_cap", "must be >= 1")
+        if not self.beta >= 0:
+            self._fail("beta", "must be >= 0")
+        if self.ppo_epochs < 1:
+            self._fail("ppo_epochs", "must be >= 1")
+
+    @property
+    def clip_high(self) -> float:
+        return self.clip_eps if self.clip_eps_high is None else self.clip_eps_high
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig(Section):
+    """AdamW with a warm-up then ``schedule`` decay from ``peak_lr`` to ``end_lr`` over the run.
+
+    ``grad_clip`` is the global-norm clip (0 = off). ``n_gradient_accumulation_steps``: every training
+    step's samples are split into at least this many micro-batches whose gradients are summed into
+    one update (more splits = less memory, same update); see also ``training.max_tokens_per_microbatch``.
+    """
+
+    _name: ClassVar[str] = "optimizer"
+    peak_lr: float = 3e-6
+    end_lr: float = 3e-6
+    warmup_steps: int = 0
+    schedule: Literal["constant", "linear", "cosine"] = "cosine"
+    b1: float = 0.9
+    b2: float = 0.999
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    n_gradient_accumulation_steps: int = 1
+
+    def validate(self) -> None:
+        if not self.peak_lr > 0:
+            self._fail("peak_lr", "must be > 0")
+        if not 0 <= self.end_lr <= self.peak_lr:
+            self._fail("end_lr", f"must be in [0, peak_lr={self.peak_lr}]")
+        if self.warmup_steps < 0:
+            self._fail("warmup_steps", "must be >= 0")
+        for name in ("b1", "b2"):
+            if not 0 <= getattr(self, name) < 1:
+                self._fail(name, "must be in [0, 1)")
+        if not self.adam_eps > 0:
+            self._fail("adam_eps", "must be > 0")
+        if not self.weight_decay >= 0:
+            self._fail("weight_decay", "must be >= 0")
+        if not self.grad_clip >= 0:
+            self._fail("grad_clip", "must be >= 0 (0 turns clipping off)")
+        if self.n_gradient_accumulation_steps < 1:
+            self._fail("n_gradient_accumulation_steps", "must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig(Section):
+    """Batch sizes (prompts per step), run length, intervals (in training steps) and the seed.
+
+    Each training step samples ``generations_per_prompt`` debates for each of ``train_batch_size``
+    prompts; the sampler serves weights refreshed every ``export_every_steps``; the KL reference is
+    hard-updated every ``hard_update_ref_every_steps``. ``max_tokens_per_microbatch`` bounds the
+    learner's memory (row positions per forward/backward pass). ``packing`` lays several samples out
+    per row with shared prompt prefixes stored once (same loss and gradients, fewer FLOPs;
+    :mod:`jaxdebate.rl.batching`); off, each sample gets its own padded row.
+    """
+
+    _name: ClassVar[str] = "training"
+    train_batch_size: int = 2
+    eval_batch_size: int = 2
+    generations_per_prompt: int = 4
+    total_train_steps: int = 15
+    validation_every_steps: int = 15
+    export_every_steps: int = 5
+    hard_update_ref_every_steps: int = 5
+    checkpoint_every_steps: int = 15
+    log_every_steps: int = 1
+    seed: int = 42
+    max_tokens_per_microbatch: int = 16384
+    validate_at_start: bool = False
+    packing: bool = True
+
+    def validate(self) -> None:
+        for name in (
+            "train_batch_size", "eval_batch_size", "generations_per_prompt", "total_train_steps",
+            "export_every_steps", "hard_update_ref_every_steps", "log_every_steps",
+            "max_tokens_per_microbatch",
+        ):
+            if getattr(self, name) < 1:
+                self._fail(name, "must be >= 1")
+        for name in ("validation_every_steps", "checkpoint_every_steps"):
+            if getattr(self, name) < 0:
+                self._fail(name, "must be >= 0 (0 turns it off)")

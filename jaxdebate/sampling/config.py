@@ -1,0 +1,39 @@
+"""The experiment config's ``sampler`` section: backend, sampling distribution, completion budget."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar, Literal
+
+from jaxdebate.configlib import Section
+from jaxdebate.sampling.vllm_config import VLLMConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerConfig(Section):
+    """How debates are sampled: the backend (in-process ``jax``, a ``vllm`` server, or ``auto``: vLLM
+    where it is the faster path, see :func:`jaxdebate.sampling.factory.choose_backend`), the training
+    sampling distribution (``temperature``, ``top_p``; the learner's log-probs use the same
+    temperature), the completion budget per turn, and the validation temperature (0 = greedy).
+    ``vllm`` configures the server when ``backend='vllm'`` (see :mod:`jaxdebate.sampling.vllm_config`);
+    ``fallback`` says what happens when that server cannot be reached (no ``vllm.url``, no server
+    virtualenv): ``jax`` samples in-process with a warning, ``error`` stops before any compute."""
+
+    _name: ClassVar[str] = "sampler"
+    backend: Literal["auto", "jax", "vllm"] = "auto"
+    fallback: Literal["jax", "error"] = "jax"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    eval_temperature: float = 0.0
+    vllm: VLLMConfig = dataclasses.field(default_factory=VLLMConfig)
+
+    def validate(self) -> None:
+        if not self.temperature > 0:
+            self._fail("temperature", "must be > 0 for training (the policy gradient needs samples)")
+        if not 0 < self.top_p <= 1:
+            self._fail("top_p", "must be in (0, 1]")
+        if self.max_new_tokens < 1:
+            self._fail("max_new_tokens", "must be >= 1")
+        if not self.eval_temperature >= 0:
+            self._fail("eval_temperature", "must be >= 0 (0 = greedy)")
