@@ -39,10 +39,11 @@ if TYPE_CHECKING:  # the root config sits above the learner; the trainer only re
 
 CONFIG_FILE = "config.json"
 UNREADABLE_DIR = "unreadable_checkpoints"  # damaged checkpoint steps are moved here on resume, not deleted
-# Keys that vary between otherwise identical runs (wall-clock, what this process has compiled so far),
-# excluded when comparing metrics.
+# the sections of the experiment config the trainer reads
 _SECTIONS = ("model", "data", "debate", "sampler", "shaping", "loss", "optimizer", "training", "checkpoint",
              "logging")
+# Keys that vary between otherwise identical runs (wall-clock, what this process has compiled so far),
+# excluded when comparing metrics.
 NONDETERMINISTIC_PREFIXES = ("time", "time/", "throughput/", "sampler/concurrency", "sampler/compiled_",
                              "sync/")
 
