@@ -32,6 +32,7 @@ from jaxdebate.configlib import (
 )
 from jaxdebate.data.config import DataConfig
 from jaxdebate.debate.config import DebateConfig
+from jaxdebate.debate.envs import env_names
 from jaxdebate.errors import ConfigError
 from jaxdebate.model.config import LORA_TARGETS, LoraConfig, ModelConfig, PolicyLoraConfig
 from jaxdebate.rl.config import LossConfig, OptimizerConfig, TrainingConfig
@@ -49,8 +50,7 @@ class CheckpointConfig(Section):
     save_on_interrupt: bool = True
 
     def validate(self) -> None:
-        if self.n_last_ckpts_to_keep < 1:
-            self._fail("n_last_ckpts_to_keep", "must be >= 1")
+        self._at_least(1, "n_last_ckpts_to_keep")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,11 +89,8 @@ class LaunchConfig(Section):
     time_limit_minutes: int = 240
 
     def validate(self) -> None:
-        for name in ("training_devices", "sampling_devices", "cpus_per_task", "mem_gb", "time_limit_minutes"):
-            if getattr(self, name) < 1:
-                self._fail(name, "must be >= 1")
-        if self.gpus_per_node < 0:
-            self._fail("gpus_per_node", "must be >= 0")
+        self._at_least(1, "training_devices", "sampling_devices", "cpus_per_task", "mem_gb", "time_limit_minutes")
+        self._at_least(0, "gpus_per_node")
 
 
 
@@ -118,6 +115,12 @@ class Config:
         hints = _hints(type(self))
         for f in dataclasses.fields(self):
             check_value(f.name, getattr(self, f.name), hints[f.name])
+        unknown = sorted(self.data.environments() - set(env_names()))
+        if unknown:
+            raise ConfigError(
+                f"data.env_name_remap / data.validation_env: environment(s) {unknown} are not registered; "
+                f"registered: {', '.join(env_names())}"
+            )
         g = self.training.generations_per_prompt
         try:
             self.shaping.check_group_size(g)

@@ -141,6 +141,27 @@ class Section:
     def _fail(self, field: str, message: str) -> None:
         raise ConfigError(f"{self._name}.{field} {message}, got {getattr(self, field)!r}")
 
+    def _at_least(self, low: float, *fields: str) -> None:
+        """Fail on the first of ``fields`` below ``low`` (None, for an optional field, passes)."""
+        for field in fields:
+            value = getattr(self, field)
+            if value is not None and value < low:
+                self._fail(field, f"must be >= {low}")
+
+    def _positive(self, *fields: str) -> None:
+        """Fail on the first of ``fields`` that is not > 0 (None, for an optional field, passes)."""
+        for field in fields:
+            value = getattr(self, field)
+            if value is not None and not value > 0:
+                self._fail(field, "must be > 0")
+
+    def _non_blank(self, *fields: str) -> None:
+        """Fail on the first of ``fields`` that is an empty or all-whitespace string (None passes)."""
+        for field in fields:
+            value = getattr(self, field)
+            if value is not None and not value.strip():
+                self._fail(field, "must be a non-empty string")
+
 
 def to_dict(config: Any) -> dict[str, Any]:
     """The config as a plain nested dict (tuples become lists, so it is JSON-able as is)."""

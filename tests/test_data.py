@@ -327,11 +327,23 @@ def test_data_config_defaults_and_load():
         ({"validation_size": -1}, r"data\.validation_size"),
         ({"limit": 0}, r"data\.limit"),
         ({"format": "csv"}, r"data\.format"),
-        ({"env_name_remap": {"math": "chess"}}, r"data\.env_name_remap: target environment\(s\) \['chess'\]"),
         ({"env_name_remap": ["math"]}, r"data\.env_name_remap"),
-        ({"validation_env": "chess"}, r"data\.validation_env"),
+        ({"env_name_remap": {"math": ""}}, r"data\.env_name_remap"),
+        ({"validation_env": " "}, r"data\.validation_env"),
     ],
 )
 def test_data_config_validation_names_the_field(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         DataConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"env_name_remap": {"math": "chess"}}, {"validation_env": "chess"}],
+)
+def test_unregistered_environments_are_rejected_by_the_experiment_config(kwargs):
+    """The data layer cannot see the environment registry (it lives above it, in debate/); the root
+    config checks every environment the data section routes to before any compute."""
+    from jaxdebate.config import Config
+
+    with pytest.raises(ConfigError, match=r"data\.env_name_remap / data\.validation_env: environment\(s\) \['chess'\]"):
+        Config(data=DataConfig(**kwargs))

@@ -285,9 +285,9 @@ def test_misbehaving_sampler_and_bad_arguments(tokenizer, grader):
         ({"early_stop_on_consensus": "yes"}, r"debate\.early_stop_on_consensus"),
         ({"instruction": " "}, r"debate\.instruction"),
         ({"trim_marker": "[{m} cut]"}, r"debate\.trim_marker"),
-        ({"example_problem": "Compute $1 + 1$."}, r"debate\.example_solution: must be set together"),
+        ({"example_problem": "Compute $1 + 1$."}, r"debate\.example_solution must be set together"),
         ({"example_problem": "", "example_solution": "2"}, r"debate\.example_problem"),
-        ({"extraction": "fuzzy"}, r"debate\.extraction: must be one of marked, number"),
+        ({"extraction": "fuzzy"}, r"debate\.extraction must be one of marked, number"),
     ],
 )
 def test_debate_config_validation(kwargs, message):

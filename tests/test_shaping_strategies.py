@@ -239,7 +239,7 @@ def test_a_sixth_strategy_is_one_decorated_function():
         np.testing.assert_array_equal(out, np.where(a, np.float32(scale) * c, 0.0))
     assert len(TRACES) - before == 1  # traced once: vmapped, jitted, scale traced
     assert "test_scaled_correct" in list_strategies()
-    with pytest.raises(Exception, match=r"shaping.params.scale: must be in \[0, 1\]"):
+    with pytest.raises(Exception, match=r"shaping.params.scale must be in \[0, 1\]"):
         shape_rewards("test_scaled_correct", {"scale": 2.0}, c, v, g, a)
 
 

@@ -32,10 +32,7 @@ class DataConfig(Section):
     eval_limit: int | None = None
 
     def validate(self) -> None:
-        if self.n_questions < 1:
-            self._fail("n_questions", "must be >= 1")
-        if self.eval_limit is not None and self.eval_limit < 1:
-            self._fail("eval_limit", "must be >= 1 or None")
+        self._at_least(1, "n_questions", "eval_limit")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,8 +51,7 @@ class CollectConfig(Section):
 
     def validate(self) -> None:
         validate_arms(self.arms)
-        if self.questions_per_batch < 1:
-            self._fail("questions_per_batch", "must be >= 1")
+        self._at_least(1, "questions_per_batch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,8 +67,7 @@ class ScoreConfig(Section):
         for name in ("path_length_weight", "conciseness_weight"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 self._fail(name, "must be in [0, 1]")
-        if self.coherence_weight < 0:
-            self._fail("coherence_weight", "must be >= 0")
+        self._at_least(0, "coherence_weight")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,11 +82,7 @@ class PairConfig(Section):
     allow_truncated_chosen: bool = False
 
     def validate(self) -> None:
-        if self.quality_gap < 0:
-            self._fail("quality_gap", "must be >= 0")
-        for name in ("max_correctness_pairs_per_question", "max_coherence_pairs_per_question"):
-            if getattr(self, name) < 0:
-                self._fail(name, "must be >= 0")
+        self._at_least(0, "quality_gap", "max_correctness_pairs_per_question", "max_coherence_pairs_per_question")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,18 +104,12 @@ class DPOConfig(Section):
     seed: int = 42
 
     def validate(self) -> None:
-        for name in ("beta", "learning_rate", "max_grad_norm"):
-            if not getattr(self, name) > 0:
-                self._fail(name, "must be > 0")
-        for name in ("epochs", "batch_size", "grad_accumulation", "length_bucket"):
-            if getattr(self, name) < 1:
-                self._fail(name, "must be >= 1")
+        self._positive("beta", "learning_rate", "max_grad_norm")
+        self._at_least(1, "epochs", "batch_size", "grad_accumulation", "length_bucket")
+        self._at_least(0, "weight_decay")
+        self._at_least(16, "max_length")
         if not 0.0 <= self.warmup_ratio < 1.0:
             self._fail("warmup_ratio", "must be in [0, 1)")
-        if self.weight_decay < 0:
-            self._fail("weight_decay", "must be >= 0")
-        if self.max_length < 16:
-            self._fail("max_length", "must be >= 16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,8 +123,7 @@ class EvalConfig(Section):
     dir: str = "eval"
 
     def validate(self) -> None:
-        if self.batch_size < 1:
-            self._fail("batch_size", "must be >= 1")
+        self._at_least(1, "batch_size")
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.dir) or self.dir in (".", ".."):
             self._fail("dir", "must be one directory name inside the workdir (letters, digits, _ . -)")
 

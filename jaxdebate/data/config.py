@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import ClassVar
 
+from jaxdebate.configlib import Section
 from jaxdebate.data import readers
 from jaxdebate.data.items import Item
 from jaxdebate.data.sources import load_items
 from jaxdebate.data.stream import split_holdout
-from jaxdebate.errors import ConfigError, DataError
+from jaxdebate.errors import DataError
 
 
 def _default_remap() -> dict[str, str]:
@@ -17,15 +19,18 @@ def _default_remap() -> dict[str, str]:
 
 
 @dataclasses.dataclass(frozen=True)
-class DataConfig:
+class DataConfig(Section):
     """``train``/``validation``: dataset names or JSONL paths (see :func:`load_items`). With
     ``validation=None``, ``validation_size`` items are held out of ``train`` (chosen by
     ``holdout_seed``); otherwise at most ``validation_size`` items are read from ``validation``.
     ``env_name_remap`` routes items to environments (``{"math": "math_debate"}`` turns single-agent
     items into debates). ``validation_env`` plays every validation item in that environment instead
     (``"math"``: one agent, one round, e.g. to measure the policy's own held-out accuracy cheaply).
-    ``limit`` caps the number of items read from ``train``."""
+    ``limit`` caps the number of items read from ``train``. Whether the environments named here are
+    registered is checked by the root config (:class:`jaxdebate.config.Config`): environments live
+    in :mod:`jaxdebate.debate`, a layer above this one."""
 
+    _name: ClassVar[str] = "data"
     train: str = "math500"
     validation: str | None = None
     validation_size: int = 50
@@ -35,39 +40,18 @@ class DataConfig:
     format: str | None = None
     validation_env: str | None = None
 
-    def __post_init__(self) -> None:
-        def bad(field: str, why: str) -> ConfigError:
-            return ConfigError(f"data.{field}: {why} (got {getattr(self, field)!r})")
-
-        if not isinstance(self.train, str) or not self.train.strip():
-            raise bad("train", "must be a dataset name or a .jsonl path")
-        if self.validation is not None and (not isinstance(self.validation, str) or not self.validation.strip()):
-            raise bad("validation", "must be a dataset name, a .jsonl path or None")
-        for field in ("validation_size", "holdout_seed"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise bad(field, "must be a non-negative integer")
-        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1):
-            raise bad("limit", "must be a positive integer or None")
+    def validate(self) -> None:
+        self._non_blank("train", "validation", "validation_env")
+        self._at_least(0, "validation_size", "holdout_seed")
+        self._at_least(1, "limit")
         if self.format is not None and self.format not in readers.FORMATS:
-            raise bad("format", f"must be None or one of {', '.join(readers.FORMATS)}")
-        if not isinstance(self.env_name_remap, Mapping):
-            raise bad("env_name_remap", "must be a mapping from item env names to environment names")
-        remap = dict(self.env_name_remap)
-        for key, value in remap.items():
-            if not isinstance(key, str) or not key or not isinstance(value, str) or not value:
-                raise ConfigError(f"data.env_name_remap: entry {key!r}: {value!r} must map a non-empty string to one")
-        from jaxdebate.debate.envs import env_names  # lazy: the environments import this package
+            self._fail("format", f"must be None or one of {', '.join(readers.FORMATS)}")
+        if not all(key and value for key, value in self.env_name_remap.items()):
+            self._fail("env_name_remap", "must map non-empty item env names to non-empty environment names")
 
-        if self.validation_env is not None and self.validation_env not in env_names():
-            raise bad("validation_env", f"must be None or a registered environment ({', '.join(env_names())})")
-        unknown = sorted(set(remap.values()) - set(env_names()))
-        if unknown:
-            raise ConfigError(
-                f"data.env_name_remap: target environment(s) {unknown} are not registered; "
-                f"registered: {', '.join(env_names())}"
-            )
-        object.__setattr__(self, "env_name_remap", remap)
+    def environments(self) -> set[str]:
+        """The environment names this section routes items to (for the root config's check)."""
+        return set(self.env_name_remap.values()) | ({self.validation_env} - {None})
 
     def load(self) -> tuple[list[Item], list[Item]]:
         """(train items, validation items) as configured; env names are not remapped here (the

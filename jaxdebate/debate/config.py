@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
+from jaxdebate.configlib import Section
 from jaxdebate.debate.answers import EXTRACTION_MODES
-from jaxdebate.errors import ConfigError
 
 DEFAULT_INSTRUCTION = "Solve the problem step by step. Put your final answer within \\boxed{}."
 DEFAULT_DEBATE_INTRO = "These are the solutions to the problem from the other agents:"
@@ -17,7 +18,7 @@ DEFAULT_TRIM_MARKER = "[… {n} tokens trimmed …]"
 
 
 @dataclasses.dataclass(frozen=True)
-class DebateConfig:
+class DebateConfig(Section):
     """``num_agents`` agents share one policy and debate for ``num_rounds`` rounds (DESIGN §3).
 
     Round 1 shows ``instruction`` after the problem; later rounds show the agent its own previous
@@ -33,6 +34,7 @@ class DebateConfig:
     :mod:`jaxdebate.debate.protocols`.
     """
 
+    _name: ClassVar[str] = "debate"
     num_agents: int = 3
     num_rounds: int = 2
     early_stop_on_consensus: bool = False
@@ -47,30 +49,16 @@ class DebateConfig:
     example_solution: str | None = None
     extraction: str = "marked"
 
-    def __post_init__(self) -> None:
-        def bad(field: str, why: str) -> ConfigError:
-            return ConfigError(f"debate.{field}: {why} (got {getattr(self, field)!r})")
-
-        for field, low in (("num_agents", 1), ("num_rounds", 1), ("max_sequence_length", 32)):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise bad(field, f"must be an integer >= {low}")
-        for field in ("early_stop_on_consensus", "show_own_previous"):
-            if not isinstance(getattr(self, field), bool):
-                raise bad(field, "must be true or false")
-        for field in ("instruction", "debate_intro", "debate_instruction", "trim_marker"):
-            value = getattr(self, field)
-            if not isinstance(value, str) or not value.strip():
-                raise bad(field, "must be a non-empty string")
-        for field in ("system_prompt", "example_problem", "example_solution"):
-            value = getattr(self, field)
-            if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise bad(field, "must be a non-empty string or None")
+    def validate(self) -> None:
+        self._at_least(1, "num_agents", "num_rounds")
+        self._at_least(32, "max_sequence_length")
+        self._non_blank("instruction", "debate_intro", "debate_instruction", "trim_marker",
+                        "system_prompt", "example_problem", "example_solution")
         if (self.example_problem is None) != (self.example_solution is None):
-            raise bad("example_solution", "must be set together with example_problem (both or neither)")
+            self._fail("example_solution", "must be set together with example_problem (both or neither)")
         if self.extraction not in EXTRACTION_MODES:
-            raise bad("extraction", f"must be one of {', '.join(EXTRACTION_MODES)}")
+            self._fail("extraction", f"must be one of {', '.join(EXTRACTION_MODES)}")
         try:
             self.trim_marker.format(n=1)
         except (KeyError, IndexError, ValueError) as e:
-            raise bad("trim_marker", f"may only use the placeholder {{n}} ({e})") from None
+            self._fail("trim_marker", f"may only use the placeholder {{n}} ({e})")

@@ -231,10 +231,8 @@ class LoraConfig(Section):
     _min_rank: ClassVar[int] = 1
 
     def validate(self) -> None:
-        if self.rank < self._min_rank:
-            self._fail("rank", f"must be >= {self._min_rank}")
-        if not self.alpha > 0:
-            self._fail("alpha", "must be > 0")
+        self._at_least(self._min_rank, "rank")
+        self._positive("alpha")
         unknown = sorted(set(self.targets) - set(LORA_TARGETS))
         if not self.targets or unknown or len(set(self.targets)) != len(self.targets):
             self._fail("targets", f"must be distinct module names from {list(LORA_TARGETS)}")
@@ -278,5 +276,4 @@ class ModelConfig(Section):
     def validate(self) -> None:
         if not self.source.strip():
             self._fail("source", "must be a model source string (smollm2, tiny, a directory, ORG/NAME)")
-        if self.logprob_chunk < 1:
-            self._fail("logprob_chunk", "must be >= 1")
+        self._at_least(1, "logprob_chunk")

@@ -38,18 +38,11 @@ class LossConfig(Section):
     filter_truncated: bool = True
 
     def validate(self) -> None:
-        if not self.advantage_eps > 0:
-            self._fail("advantage_eps", "must be > 0")
+        self._positive("advantage_eps", "clip_eps_high")
         if not 0 < self.clip_eps < 1:
             self._fail("clip_eps", "must be in (0, 1)")
-        if self.clip_eps_high is not None and not self.clip_eps_high > 0:
-            self._fail("clip_eps_high", "must be > 0")
-        if not self.importance_weight_cap >= 1:
-            self._fail("importance_weight_cap", "must be >= 1")
-        if not self.beta >= 0:
-            self._fail("beta", "must be >= 0")
-        if self.ppo_epochs < 1:
-            self._fail("ppo_epochs", "must be >= 1")
+        self._at_least(1, "importance_weight_cap", "ppo_epochs")
+        self._at_least(0, "beta")
 
     @property
     def clip_high(self) -> float:
@@ -78,23 +71,14 @@ class OptimizerConfig(Section):
     n_gradient_accumulation_steps: int = 1
 
     def validate(self) -> None:
-        if not self.peak_lr > 0:
-            self._fail("peak_lr", "must be > 0")
+        self._positive("peak_lr", "adam_eps")
         if not 0 <= self.end_lr <= self.peak_lr:
             self._fail("end_lr", f"must be in [0, peak_lr={self.peak_lr}]")
-        if self.warmup_steps < 0:
-            self._fail("warmup_steps", "must be >= 0")
+        self._at_least(0, "warmup_steps", "weight_decay", "grad_clip")  # grad_clip 0 turns clipping off
+        self._at_least(1, "n_gradient_accumulation_steps")
         for name in ("b1", "b2"):
             if not 0 <= getattr(self, name) < 1:
                 self._fail(name, "must be in [0, 1)")
-        if not self.adam_eps > 0:
-            self._fail("adam_eps", "must be > 0")
-        if not self.weight_decay >= 0:
-            self._fail("weight_decay", "must be >= 0")
-        if not self.grad_clip >= 0:
-            self._fail("grad_clip", "must be >= 0 (0 turns clipping off)")
-        if self.n_gradient_accumulation_steps < 1:
-            self._fail("n_gradient_accumulation_steps", "must be >= 1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,13 +109,8 @@ class TrainingConfig(Section):
     packing: bool = True
 
     def validate(self) -> None:
-        for name in (
-            "train_batch_size", "eval_batch_size", "generations_per_prompt", "total_train_steps",
-            "export_every_steps", "hard_update_ref_every_steps", "log_every_steps",
-            "max_tokens_per_microbatch",
-        ):
-            if getattr(self, name) < 1:
-                self._fail(name, "must be >= 1")
-        for name in ("validation_every_steps", "checkpoint_every_steps"):
-            if getattr(self, name) < 0:
-                self._fail(name, "must be >= 0 (0 turns it off)")
+        self._at_least(
+            1, "train_batch_size", "eval_batch_size", "generations_per_prompt", "total_train_steps",
+            "export_every_steps", "hard_update_ref_every_steps", "log_every_steps", "max_tokens_per_microbatch",
+        )
+        self._at_least(0, "validation_every_steps", "checkpoint_every_steps")  # 0 turns it off

@@ -33,7 +33,6 @@ class SamplerConfig(Section):
             self._fail("temperature", "must be > 0 for training (the policy gradient needs samples)")
         if not 0 < self.top_p <= 1:
             self._fail("top_p", "must be in (0, 1]")
-        if self.max_new_tokens < 1:
-            self._fail("max_new_tokens", "must be >= 1")
+        self._at_least(1, "max_new_tokens")
         if not self.eval_temperature >= 0:
             self._fail("eval_temperature", "must be >= 0 (0 = greedy)")

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
+from jaxdebate.configlib import Section
 from jaxdebate.errors import ConfigError
 from jaxdebate.shaping.registry import get_strategy
 
 
 @dataclasses.dataclass(frozen=True)
-class ShapingConfig:
+class ShapingConfig(Section):
     """Which reward-shaping strategy to apply and its params (DESIGN §4).
 
     Raises ConfigError naming `shaping.strategy` / `shaping.params.<key>` for an unknown strategy,
@@ -18,12 +19,13 @@ class ShapingConfig:
     Python types (an int gamma becomes a float) so `dataclasses.asdict` round-trips.
     """
 
+    _name: ClassVar[str] = "shaping"
     strategy: str = "identity"
     params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
-    def __post_init__(self):
-        spec = get_strategy(self.strategy)
-        object.__setattr__(self, "params", spec.validate(self.params))
+    def __post_init__(self) -> None:
+        super().__post_init__()  # field types; then the strategy's own param schema
+        object.__setattr__(self, "params", get_strategy(self.strategy).validate(self.params))
 
     def check_group_size(self, group_size: int) -> None:
         """ConfigError when a strategy's rollout count (coma's n_rollouts_per_prompt) differs from G."""

@@ -13,10 +13,10 @@ all other params are static Python values.
 from __future__ import annotations
 
 import dataclasses
-import math
 import types
 from typing import Any, Callable, Mapping, NamedTuple
 
+from jaxdebate.configlib import check_value
 from jaxdebate.errors import ConfigError
 
 
@@ -45,20 +45,17 @@ class Param:
         return self.type is float
 
     def check(self, value: Any, strategy: str) -> Any:
-        """Return the value normalised to a plain Python type, or raise ConfigError naming it."""
+        """Return the value normalised to a plain Python type, or raise ConfigError naming it: the
+        type check is the config sections' own (:func:`jaxdebate.configlib.check_value`)."""
         where = f"shaping.params.{self.name}"
-        ok_types: tuple[type, ...] = (int, float) if self.type is float else (self.type,)
-        if isinstance(value, bool) and self.type is not bool or not isinstance(value, ok_types):
-            raise ConfigError(
-                f"{where}: {strategy} expects {self.type.__name__}, got {type(value).__name__} {value!r}"
-            )
-        value = self.type(value)
+        try:
+            value = check_value(where, value, self.type)
+        except ConfigError as e:
+            raise ConfigError(f"{e} (strategy {strategy})") from None
         if self.validator is not None:
             reason = self.validator(value)
             if reason:
-                raise ConfigError(f"{where}: {reason} (strategy {strategy}), got {value!r}")
-        if self.type is float and not math.isfinite(value):  # also for strategies without a validator
-            raise ConfigError(f"{where}: must be a finite number (strategy {strategy}), got {value!r}")
+                raise ConfigError(f"{where} {reason}, got {value!r} (strategy {strategy})")
         return value
 
 
