@@ -203,37 +203,6 @@ def aligned_table(table: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def sample_transcript(workdir: str | Path, *, step: int | None = None, item: int = 0,
-                      temperature: float | None = None, seed: int = 0) -> str:
-    """Restore a run's policy from its orbax checkpoint and debate one held-out problem with it.
-
-    Uses the run's own config (agents, rounds, prompt, max tokens) and the in-process JAX sampler;
-    ``temperature`` defaults to the run's evaluation temperature. Returns the readable transcript.
-    """
-    from jaxdebate.checkpoint import load_policy
-    from jaxdebate.debate import Grader, run_debates
-    from jaxdebate.sampling.jax_sampler import JaxSampler
-    from jaxdebate.sampling.base import SamplingParams
-
-    params, llama, tokenizer, config = load_policy(workdir, step)
-    train, val = config.data.load()
-    pool = val or train
-    chosen = pool[item % len(pool)]
-    sampler = JaxSampler(params, llama, tokenizer, max_total_len=config.debate.max_sequence_length)
-    grader = Grader()
-    try:
-        t = config.sampler.eval_temperature if temperature is None else temperature
-        batch = run_debates(
-            sampler, tokenizer, [chosen], config=config.debate, n_rollouts=1,
-            sampling=SamplingParams(temperature=t, max_tokens=config.sampler.max_new_tokens, seed=seed),
-            grader=grader, env_name_remap=config.data.env_name_remap, seed=seed,
-        )
-    finally:
-        grader.close()
-        sampler.close()
-    return batch.transcript(0, 0)
-
-
 # ---------------------------------------------------------------------------------------------------
 # Plots (matplotlib; each function returns the figure so notebooks display it)
 # ---------------------------------------------------------------------------------------------------
@@ -278,14 +247,20 @@ def plot_metric(runs: Sequence[Run], key: str, *, ax=None, title: str | None = N
     return ax.figure
 
 
-def plot_rewards(runs: Sequence[Run]):
-    """Training reward per strategy: raw correctness (left) and shaped reward (right)."""
+def _two_panels(runs: Sequence[Run], left: tuple[str, str], right: tuple[str, str]):
+    """A figure of two :func:`plot_metric` panels, each ``(metric key, title)``."""
     plt = _pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    plot_metric(runs, REWARD_RAW, ax=left, title="training reward (raw correctness)")
-    plot_metric(runs, REWARD_SHAPED, ax=right, title="training reward (shaped)")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, (key, title) in zip(axes, (left, right)):
+        plot_metric(runs, key, ax=ax, title=title)
     fig.tight_layout()
     return fig
+
+
+def plot_rewards(runs: Sequence[Run]):
+    """Training reward per strategy: raw correctness (left) and shaped reward (right)."""
+    return _two_panels(runs, (REWARD_RAW, "training reward (raw correctness)"),
+                       (REWARD_SHAPED, "training reward (shaped)"))
 
 
 def plot_validation(runs: Sequence[Run]):
@@ -310,12 +285,7 @@ def plot_validation(runs: Sequence[Run]):
 
 def plot_training_signal(runs: Sequence[Run]):
     """Zero-advantage fraction (groups filtered for carrying no signal) and KL to the reference."""
-    plt = _pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    plot_metric(runs, ZERO_ADVANTAGE, ax=left, title="zero-advantage fraction")
-    plot_metric(runs, KL, ax=right, title="KL to reference (k3)")
-    fig.tight_layout()
-    return fig
+    return _two_panels(runs, (ZERO_ADVANTAGE, "zero-advantage fraction"), (KL, "KL to reference (k3)"))
 
 
 PLOTS = {
@@ -509,3 +479,14 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def __getattr__(name: str) -> Any:
+    """``analysis.sample_transcript`` (its old home) still works: it samples a live debate from a
+    checkpoint, which is not analysis of logged metrics, so it lives in :mod:`jaxdebate.transcripts`."""
+    if name == "sample_transcript":
+        from jaxdebate.transcripts import sample_transcript
+
+        return sample_transcript
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+

@@ -14,7 +14,7 @@ import gc
 import logging
 import shutil
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +138,33 @@ class Checkpointer:
         shutil.move(str(self.step_dir(step)), str(target))
         self.reload()
         return target
+
+    def restore_newest(self, restore_step: Callable[[int], None], aside: Path) -> int | None:
+        """Call ``restore_step`` on the newest step, then older ones while it raises CheckpointError;
+        the step that restored, or None when there is none.
+
+        Damaged newer steps (a job killed mid-write, a truncated file) are named in one line each and
+        moved into ``aside`` (kept, never deleted; out of the way of the step's re-save and of orbax's
+        keep-last clean-up) once an older step has restored. When no step restores, nothing is moved
+        and the CheckpointError lists each step's reason.
+        """
+        failed: list[tuple[int, CheckpointError]] = []
+        for step in reversed(self.all_steps()):
+            try:
+                restore_step(step)
+            except CheckpointError as e:
+                failed.append((step, e))
+                continue
+            for bad, error in failed:
+                moved = self.move_aside(bad, aside)
+                print(f"[jaxdebate] skipped unreadable checkpoint step {bad} ({error}); moved it to {moved}; "
+                      f"resuming from step {step}", file=sys.stderr)
+            return step
+        if failed:
+            reasons = "; ".join(str(e) for _, e in failed)
+            raise CheckpointError(f"no readable checkpoint in {self.directory} (nothing was moved "
+                                  f"or deleted; set checkpoint.resume=false or use another workdir): {reasons}")
+        return None
 
     def metadata(self, step: int | None = None) -> dict[str, Any]:
         ocp = _ocp()

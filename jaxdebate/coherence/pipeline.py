@@ -99,6 +99,14 @@ def _say(ctx: Context, text: str) -> None:
     print(text, flush=True)
 
 
+def _stage_input(ctx: Context, name: str, stage: str) -> Path:
+    """``workdir/name``, which the earlier ``stage`` writes; DataError saying so when it is absent."""
+    path = ctx.workdir / name
+    if not path.is_file():
+        raise DataError(f"{path} does not exist: run the {stage!r} stage first")
+    return path
+
+
 def collect(ctx: Context) -> dict[str, Any]:
     """Stage 1: every arm's trajectory for the first ``data.n_questions`` training questions."""
     from jaxdebate.coherence.collect import collect as run
@@ -122,9 +130,7 @@ def pairs(ctx: Context) -> dict[str, Any]:
     """Stage 2: preference pairs from ``rollouts.jsonl``."""
     from jaxdebate.coherence.pairs import build_pairs, summarize
 
-    path = ctx.workdir / "rollouts.jsonl"
-    if not path.is_file():
-        raise DataError(f"{path} does not exist: run the 'collect' stage first")
+    path = _stage_input(ctx, "rollouts.jsonl", "collect")
     jsonl.repair_tail(path)
     records = jsonl.read_records(path)
     built = build_pairs(records, ctx.config.pairs)
@@ -143,9 +149,7 @@ def train(ctx: Context) -> dict[str, Any]:
     """Stage 3: DPO of a LoRA adapter on ``pairs.jsonl``; the adapter goes to ``adapter/``."""
     from jaxdebate.coherence.train import train as run
 
-    path = ctx.workdir / "pairs.jsonl"
-    if not path.is_file():
-        raise DataError(f"{path} does not exist: run the 'pairs' stage first")
+    path = _stage_input(ctx, "pairs.jsonl", "pairs")
     data = jsonl.read_records(path)
     if not data:
         raise DataError(f"{path} holds no pairs (see pairs_summary.json): collect more questions")

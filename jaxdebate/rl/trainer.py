@@ -22,17 +22,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdebate.checkpointer import CheckpointError, Checkpointer, checkpoint_dir
+from tqdm import tqdm
+
+from jaxdebate.checkpointer import Checkpointer, checkpoint_dir
 from jaxdebate.configlib import diff, from_dict, to_dict
+from jaxdebate.data import ItemStream
+from jaxdebate.debate import Grader, run_debates
 from jaxdebate.errors import ConfigError
 from jaxdebate.metrics import MetricWriter
+from jaxdebate.model import load, load_tokenizer, make_mesh, shard_batch, shard_params
 from jaxdebate.rl.batching import Sample, make_microbatches, rows_cap_for
 from jaxdebate.rl.grpo import Learner, TrainState
+from jaxdebate.rl import run_state
 from jaxdebate.rl.preflight import check_prompts_fit
+from jaxdebate.rl.step_metrics import NONDETERMINISTIC_PREFIXES, timing_metrics, train_metrics
 from jaxdebate.rl.timing import PhaseTimer
 from jaxdebate.rl.validation import validate
-from jaxdebate.sampling.base import SamplingParams, sampler_metrics
+from jaxdebate.sampling.base import SamplingParams
 from jaxdebate.sampling.factory import make_sampler
+from jaxdebate.shaping import compute_advantages, reward_metrics, sample_filter, shape_rewards, team_reward
 
 if TYPE_CHECKING:  # the root config sits above the learner; the trainer only reads its sections
     from jaxdebate.config import Config
@@ -42,10 +50,7 @@ UNREADABLE_DIR = "unreadable_checkpoints"  # damaged checkpoint steps are moved 
 # the sections of the experiment config the trainer reads
 _SECTIONS = ("model", "data", "debate", "sampler", "shaping", "loss", "optimizer", "training", "checkpoint",
              "logging")
-# Keys that vary between otherwise identical runs (wall-clock, what this process has compiled so far),
-# excluded when comparing metrics.
-NONDETERMINISTIC_PREFIXES = ("time", "time/", "throughput/", "sampler/concurrency", "sampler/compiled_",
-                             "sync/")
+__all__ = ["NONDETERMINISTIC_PREFIXES", "RunResult", "Trainer", "train"]
 
 
 def _copy_tree(tree):
@@ -86,10 +91,6 @@ class Trainer:
     # ------------------------------------------------------------------------------------------ setup
 
     def _setup(self) -> None:
-        from jaxdebate.data import ItemStream
-        from jaxdebate.debate import Grader
-        from jaxdebate.model import load, load_tokenizer, make_mesh
-
         cfg = self.config
         self.workdir.mkdir(parents=True, exist_ok=True)
         n_dev = cfg.launch.training_devices
@@ -116,8 +117,6 @@ class Trainer:
         latest = self._resume(params) if cfg.checkpoint.resume else None
         if latest is None:
             if self.mesh is not None:
-                from jaxdebate.model import shard_params
-
                 params = shard_params(params, self.mesh)
             self.state = self.learner.init_state(params)
             self.rng = jax.random.key(cfg.training.seed)
@@ -151,102 +150,41 @@ class Trainer:
         step = self.step
         if step == 0 or step in self.checkpointer.all_steps():
             return
-        state: TrainState = self.state
-        items: dict[str, Any] = {
-            "params": state.params,
-            "opt_state": state.opt_state,
-            "opt_step": state.step,
-            "rng": jax.random.key_data(self._committed["rng"]),
-        }
-        # Reference and sampler weights are stored only when they are not copies of the policy.
-        if self.ref_version != step:
-            items["ref_params"] = state.ref_params
-        if self.sampler_version not in (step, self.ref_version):
-            items["sampler_params"] = self.sampler_source
-        metadata = {
-            "step": step,
-            "data": self._committed["data"],
-            "sampler_version": self.sampler_version,
-            "ref_version": self.ref_version,
-            "config": to_dict(self.config),
-            "model_config": dataclasses.asdict(self.model_config),
-        }
+        run = run_state.RunState(step=step, train=self.state, rng=self._committed["rng"],
+                                 data=self._committed["data"], sampler_version=self.sampler_version,
+                                 ref_version=self.ref_version, sampler_source=self.sampler_source)
+        items, metadata = run_state.pack(run, config=to_dict(self.config),
+                                         model_config=dataclasses.asdict(self.model_config))
         self.checkpointer.save(step, items, metadata)
 
     def _resume(self, params) -> int | None:
-        """Restore the newest readable checkpoint; the step restored, or None when there is none.
-
-        A damaged newer step (a job killed mid-write, a truncated file) is skipped with one line naming
-        it and moved to ``<workdir>/unreadable_checkpoints/`` (kept, never deleted; out of the way of
-        the step's re-save and of orbax's keep-last clean-up) once an older step has restored. When no
-        step restores, nothing is moved and the CheckpointError lists each step's reason.
-        """
-        steps = self.checkpointer.all_steps()
-        failed: list[tuple[int, CheckpointError]] = []
-        for step in reversed(steps):
-            try:
-                self._restore(params, step)
-            except CheckpointError as e:
-                failed.append((step, e))
-                continue
-            for bad, error in failed:
-                moved = self.checkpointer.move_aside(bad, self.workdir / UNREADABLE_DIR)
-                print(f"[jaxdebate] skipped unreadable checkpoint step {bad} ({error}); moved it to {moved}; "
-                      f"resuming from step {step}", file=sys.stderr)
-            return step
-        if failed:
-            reasons = "; ".join(str(e) for _, e in failed)
-            raise CheckpointError(f"no readable checkpoint in {self.checkpointer.directory} (nothing was moved "
-                                  f"or deleted; set checkpoint.resume=false or use another workdir): {reasons}")
-        return None
+        """Restore the newest readable checkpoint (damaged newer steps are moved to
+        ``<workdir>/unreadable_checkpoints/``); the step restored, or None when there is none."""
+        return self.checkpointer.restore_newest(lambda step: self._restore(params, step),
+                                                self.workdir / UNREADABLE_DIR)
 
     def _restore(self, params, step: int) -> None:
         meta = self.checkpointer.metadata(step)
-        missing = [k for k in ("step", "data", "sampler_version", "ref_version") if k not in meta]
-        if missing:
-            raise CheckpointError(f"checkpoint {self.checkpointer.step_dir(step)} is unreadable (metadata): "
-                                  f"no {', '.join(missing)}")
+        run_state.check_metadata(meta, str(self.checkpointer.step_dir(step)))
         saved = to_dict(self.config)
         changed = diff(self.config, from_dict(type(self.config), meta.get("config", saved)))
         if changed:
             print(f"[jaxdebate] resuming step {step} with a changed config: "
                   + ", ".join(f"{p}: {b!r} -> {a!r}" for p, a, b in changed), file=sys.stderr)
         if self.mesh is not None:
-            from jaxdebate.model import shard_params
-
             params = shard_params(params, self.mesh)
         self.learner.set_base(params)
-        abstract = self.learner.abstract_state(params)
-        have = set(meta.get("__items__", []))
-        target = {
-            "params": abstract.params,
-            "opt_state": abstract.opt_state,
-            "opt_step": abstract.step,
-            "rng": jax.ShapeDtypeStruct((2,), jnp.uint32),
-        }
-        for name in ("ref_params", "sampler_params"):
-            if name in have:
-                target[name] = abstract.params
+        target = run_state.restore_target(self.learner.abstract_state(params), set(meta.get("__items__", [])))
         restored, meta = self.checkpointer.restore(step, target=target)
         if self.mesh is None:
             # orbax returns committed arrays; a fresh run's are uncommitted. Match the fresh run, so the
             # resumed process runs the very executables (and numerics) the uninterrupted one runs.
             restored = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), restored)
-        policy = restored["params"]
-        self.step = int(meta["step"])
-        self.ref_version = int(meta["ref_version"])
-        self.sampler_version = int(meta["sampler_version"])
-        ref = restored["ref_params"] if "ref_params" in restored else _copy_tree(policy)
-        self.state = TrainState(params=policy, opt_state=restored["opt_state"], ref_params=ref,
-                                step=jnp.asarray(restored["opt_step"], jnp.int32))
-        if "sampler_params" in restored:
-            self._set_sampler_source(restored["sampler_params"])
-        elif self.sampler_version == self.step:
-            self._set_sampler_source(policy)
-        else:
-            self._set_sampler_source(ref)
-        self.rng = jax.random.wrap_key_data(jnp.asarray(restored["rng"], jnp.uint32))
-        self.stream.restore(meta["data"])
+        run = run_state.unpack(restored, meta)
+        self.step, self.state, self.rng = run.step, run.train, run.rng
+        self.ref_version, self.sampler_version = run.ref_version, run.sampler_version
+        self._set_sampler_source(run.sampler_source)
+        self.stream.restore(run.data)
 
     def _set_sampler_source(self, trainable) -> None:
         """Remember the trainable tree the sampler serves (what a checkpoint stores) and build the
@@ -280,15 +218,6 @@ class Trainer:
         return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens)
 
     def _train_step(self) -> dict[str, float]:
-        from jaxdebate.debate import run_debates
-        from jaxdebate.shaping import (
-            compute_advantages,
-            reward_metrics,
-            sample_filter,
-            shape_rewards,
-            team_reward,
-        )
-
         cfg = self.config
         timer = self.timer
         step_start = time.perf_counter()
@@ -333,8 +262,6 @@ class Trainer:
                     min_rows=cfg.launch.training_devices, packing=cfg.training.packing,
                 )
                 if self.mesh is not None:
-                    from jaxdebate.model import shard_batch
-
                     mbs = [shard_batch(mb, self.mesh) for mb in mbs]
                 if cfg.loss.ppo_epochs > 1:
                     mbs = [dict(mb, old_logprobs=self.learner.logprobs(self.state.params, mb)) for mb in mbs]
@@ -356,24 +283,11 @@ class Trainer:
                 self.sampler_version = step
         self._commit()
 
-        active = batch.active
-        m: dict[str, float] = {f"train/{k}": float(v) for k, v in rmetrics.items()}
-        m["train/accuracy"] = float(batch.correct[active].mean()) if active.any() else 0.0
-        m["train/debate_accuracy"] = float(batch.debate_correct().mean())
-        for k in ("zero_advantage_fraction", "truncated_fraction", "kept_fraction", "n_kept"):
-            m[f"train/{k}"] = float(fstats[k])
-        turns = max(len(batch.turns), 1)
-        m["train/no_answer_fraction"] = batch.stats.get("no_answer", 0) / turns
-        m["train/completion_tokens_mean"] = batch.stats.get("completion_tokens", 0) / turns
-        m["sampler/concurrency"] = float(batch.stats.get("mean_in_flight", 0.0))
-        m["train/advantage_abs_mean"] = float(np.abs(adv[active]).mean()) if active.any() else 0.0
-        m.update({f"learner/{k}": v for k, v in lmetrics.items()})
-        m["learner/updated"] = float(bool(samples))
-        m.update({f"batch/{k}": v for k, v in bstats.items()})
-        m["weights/sampler_version"] = float(self.sampler_version)
-        m["weights/ref_version"] = float(self.ref_version)
-        m["weights/sampler_lag"] = float(step - 1 - min(t.weight_version for t in batch.turns)) if batch.turns else 0.0
-        m.update(sampler_metrics(self.sampler.stats(), step))
+        m = train_metrics(
+            batch, reward=rmetrics, filters=fstats, advantages=adv, learner=lmetrics, layout=bstats,
+            updated=bool(samples), step=step, sampler_version=self.sampler_version, ref_version=self.ref_version,
+            sampler_stats=self.sampler.stats(),
+        )
         self._step_seconds = time.perf_counter() - step_start
         self._sampled_tokens = float(batch.stats.get("completion_tokens", 0))
         self._learner_tokens = float(bstats.get("sequence_tokens", 0))
@@ -401,8 +315,6 @@ class Trainer:
 
     def run(self) -> RunResult:
         """Train until ``training.total_train_steps`` (or a stop signal); returns the final state."""
-        from tqdm import tqdm
-
         cfg = self.config
         t = cfg.training
         self.timer.open()
@@ -427,14 +339,9 @@ class Trainer:
                 if t.validation_every_steps and step % t.validation_every_steps == 0:
                     metrics.update(self._validate())
                 seconds = self.timer.take()  # a checkpoint's time is reported with the next step
-                for phase, value in seconds.items():
-                    metrics[f"time/{phase}"] = value
-                metrics["time/step"] = self._step_seconds + seconds.get("validation", 0.0)
-                sampling = max(seconds.get("sampling", 0.0), 1e-9)
-                learning = max(seconds.get("learning", 0.0), 1e-9)
-                metrics["throughput/sampled_tokens_per_s"] = self._sampled_tokens / sampling
-                metrics["throughput/learner_tokens_per_s"] = self._learner_tokens / learning
-                metrics["throughput/tokens_per_s"] = self._sampled_tokens / max(self._step_seconds, 1e-9)
+                metrics.update(timing_metrics(seconds, step_seconds=self._step_seconds,
+                                              sampled_tokens=self._sampled_tokens,
+                                              learner_tokens=self._learner_tokens))
                 # metrics first: a run killed while checkpointing has logged every step it resumes after
                 if step % t.log_every_steps == 0 or step == t.total_train_steps:
                     self.writer.write(step, metrics)

@@ -1,0 +1,75 @@
+"""A training step's logged metrics, assembled from what the step computed (pure: no state, no I/O).
+
+Names are stable: ``train/*`` (rewards, accuracy, filters), ``learner/*``, ``batch/*`` (layout),
+``weights/*`` (which policy the sampler and reference hold), ``sampler/*``, ``time/*`` and
+``throughput/*`` (wall clock; excluded when runs are compared, see ``NONDETERMINISTIC_PREFIXES``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from jaxdebate.debate.batch import DebateBatch
+from jaxdebate.sampling.base import sampler_metrics
+
+# Keys that vary between otherwise identical runs (wall-clock, what this process has compiled so far).
+NONDETERMINISTIC_PREFIXES = ("time", "time/", "throughput/", "sampler/concurrency", "sampler/compiled_",
+                             "sync/")
+_FILTER_KEYS = ("zero_advantage_fraction", "truncated_fraction", "kept_fraction", "n_kept")
+
+
+def train_metrics(
+    batch: DebateBatch,
+    *,
+    reward: Mapping[str, Any],
+    filters: Mapping[str, Any],
+    advantages: np.ndarray,
+    learner: Mapping[str, float],
+    layout: Mapping[str, float],
+    updated: bool,
+    step: int,
+    sampler_version: int,
+    ref_version: int,
+    sampler_stats: Mapping[str, Any],
+) -> dict[str, float]:
+    """Metrics of step ``step`` (1-based, just completed) from its debates and the update.
+
+    ``reward``: :func:`jaxdebate.shaping.reward_metrics`; ``filters``: the stats of
+    :func:`jaxdebate.shaping.sample_filter`; ``advantages`` f32 [B, G, A, R]; ``learner``: the
+    update's metrics; ``layout``: the micro-batches' stats; ``sampler_stats``: ``Sampler.stats()``.
+    """
+    active = batch.active
+    turns = max(len(batch.turns), 1)
+    m: dict[str, float] = {f"train/{k}": float(v) for k, v in reward.items()}
+    m["train/accuracy"] = float(batch.correct[active].mean()) if active.any() else 0.0
+    m["train/debate_accuracy"] = float(batch.debate_correct().mean())
+    for k in _FILTER_KEYS:
+        m[f"train/{k}"] = float(filters[k])
+    m["train/no_answer_fraction"] = batch.stats.get("no_answer", 0) / turns
+    m["train/completion_tokens_mean"] = batch.stats.get("completion_tokens", 0) / turns
+    m["sampler/concurrency"] = float(batch.stats.get("mean_in_flight", 0.0))
+    m["train/advantage_abs_mean"] = float(np.abs(advantages[active]).mean()) if active.any() else 0.0
+    m.update({f"learner/{k}": float(v) for k, v in learner.items()})
+    m["learner/updated"] = float(updated)
+    m.update({f"batch/{k}": float(v) for k, v in layout.items()})
+    m["weights/sampler_version"] = float(sampler_version)
+    m["weights/ref_version"] = float(ref_version)
+    oldest = min((t.weight_version for t in batch.turns), default=step - 1)
+    m["weights/sampler_lag"] = float(step - 1 - oldest)
+    m.update(sampler_metrics(sampler_stats, step))
+    return m
+
+
+def timing_metrics(seconds: Mapping[str, float], *, step_seconds: float, sampled_tokens: float,
+                   learner_tokens: float) -> dict[str, float]:
+    """``time/<phase>`` (``seconds`` from the phase timer), ``time/step`` (the step plus its
+    validation) and tokens/s of sampling, learning and the whole step."""
+    m = {f"time/{phase}": float(value) for phase, value in seconds.items()}
+    m["time/step"] = step_seconds + seconds.get("validation", 0.0)
+    m["throughput/sampled_tokens_per_s"] = sampled_tokens / max(seconds.get("sampling", 0.0), 1e-9)
+    m["throughput/learner_tokens_per_s"] = learner_tokens / max(seconds.get("learning", 0.0), 1e-9)
+    m["throughput/tokens_per_s"] = sampled_tokens / max(step_seconds, 1e-9)
+    return m
