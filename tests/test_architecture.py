@@ -1,0 +1,123 @@
+"""The package's import graph keeps the layering of ARCHITECTURE.md: no cycles, lower layers never
+import higher ones, no module over 500 lines. Read from the source (AST), imports inside functions
+included; imports under ``if TYPE_CHECKING:`` are annotations only and do not count."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "jaxdebate"
+MAX_LINES = 500
+
+# ARCHITECTURE.md's layers, bottom first; a unit (sub-package or top-level module) may import its own
+# layer and the ones below.
+LAYERS = (
+    ("errors", "configlib", "processes", "shapes", "schedules", "stats", "metrics", "checkpointer"),
+    ("model", "data", "shaping"),
+    ("sampling",),
+    ("debate",),
+    ("rl",),
+    ("config",),
+    ("checkpoint", "eval", "launch", "transcripts", "analysis", "sweep", "coherence", "jaxdebate"),
+)
+LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = ("jaxdebate",) + path.relative_to(PACKAGE).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imported(tree: ast.AST):
+    """Every ``jaxdebate...`` name imported anywhere in ``tree`` except under ``if TYPE_CHECKING``."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            todo.extend(node.orelse)
+            continue
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("jaxdebate"):
+            yield from (f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("jaxdebate"))
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> the jaxdebate modules it imports (``from pkg import name`` resolves to pkg.name when
+    that is a module, else to pkg)."""
+    modules = _modules()
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        for target in _imported(ast.parse(path.read_text(), str(path))):
+            while target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                edges[name].add(target)
+    return edges
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the directed graph as a path, or None (iterative DFS with colours)."""
+    state: dict[str, int] = {}
+    for start in sorted(edges):
+        if state.get(start):
+            continue
+        stack = [(start, iter(sorted(edges.get(start, ()))))]
+        path = [start]
+        state[start] = 1
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+            elif state.get(child) == 1:
+                return path[path.index(child):] + [child]
+            elif not state.get(child):
+                state[child] = 1
+                path.append(child)
+                stack.append((child, iter(sorted(edges.get(child, ())))))
+    return None
+
+
+def test_no_module_cycles():
+    assert _cycle(_graph()) is None, " -> ".join(_cycle(_graph()) or [])
+
+
+def test_no_package_cycles_and_layers_import_downwards():
+    units: dict[str, set[str]] = defaultdict(set)
+    for a, targets in _graph().items():
+        units[_unit(a)].update(_unit(b) for b in targets if _unit(b) != _unit(a))
+    unknown = sorted(set(units) - set(LAYER_OF))
+    assert not unknown, f"place {unknown} in a layer of ARCHITECTURE.md and of LAYERS here"
+    upward = sorted((a, b) for a, bs in units.items() for b in bs if LAYER_OF[b] > LAYER_OF[a])
+    assert not upward, f"imports from a higher layer: {upward}"
+    cycle = _cycle(units)
+    assert cycle is None, " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_stay_small(path):
+    n = len(path.read_text().splitlines())
+    assert n <= MAX_LINES, f"{path.relative_to(PACKAGE.parent)} has {n} lines (> {MAX_LINES}): split it"
+
+
+def test_the_checker_sees_a_cycle_and_an_upward_import():
+    """The graph code itself: a known cycle is found, a known acyclic graph is not flagged."""
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+    assert "jaxdebate.data.config" in _graph()["jaxdebate.config"]
