@@ -139,14 +139,15 @@ class Checkpointer:
         self.reload()
         return target
 
-    def restore_newest(self, restore_step: Callable[[int], None], aside: Path) -> int | None:
+    def restore_newest(self, restore_step: Callable[[int], None], aside: Path, *, move: bool = True) -> int | None:
         """Call ``restore_step`` on the newest step, then older ones while it raises CheckpointError;
         the step that restored, or None when there is none.
 
         Damaged newer steps (a job killed mid-write, a truncated file) are named in one line each and
         moved into ``aside`` (kept, never deleted; out of the way of the step's re-save and of orbax's
-        keep-last clean-up) once an older step has restored. When no step restores, nothing is moved
-        and the CheckpointError lists each step's reason.
+        keep-last clean-up) once an older step has restored (by one process of a multi-process run:
+        ``move`` is False on the others). When no step restores, nothing is moved and the
+        CheckpointError lists each step's reason.
         """
         failed: list[tuple[int, CheckpointError]] = []
         for step in reversed(self.all_steps()):
@@ -156,6 +157,8 @@ class Checkpointer:
                 failed.append((step, e))
                 continue
             for bad, error in failed:
+                if not move:
+                    continue
                 moved = self.move_aside(bad, aside)
                 print(f"[jaxdebate] skipped unreadable checkpoint step {bad} ({error}); moved it to {moved}; "
                       f"resuming from step {step}", file=sys.stderr)
@@ -188,7 +191,8 @@ class Checkpointer:
 
         ``target`` maps item names to pytrees (concrete or ``jax.ShapeDtypeStruct``) giving the structure,
         dtypes and shardings to restore into; items absent from ``target`` come back as saved (nested
-        dicts/lists of arrays). ``items`` restricts which items are read (default: all, or ``target``'s).
+        dicts/lists of arrays) on this process's first device, whatever mesh saved them (a notebook
+        reads a multi-device run). ``items`` restricts which items are read (default: all, or ``target``'s).
         """
         ocp = _ocp()
         step = self._resolve_step(step)
@@ -210,7 +214,7 @@ class Checkpointer:
                 tgt = {_LEAF_KEY: tgt} if wrapped[name] else tgt
                 args[name] = ocp.args.StandardRestore(jax.tree.map(_restore_target, tgt))
             else:
-                args[name] = ocp.args.StandardRestore()
+                args[name] = ocp.args.StandardRestore(self._local_target(step, name))
         failure = None
         try:
             out = self._manager.restore(step, args=ocp.args.Composite(**args))
@@ -226,6 +230,16 @@ class Checkpointer:
                 tree = tree[_LEAF_KEY]
             state[name] = tree
         return state, meta
+
+    def _local_target(self, step: int, name: str) -> Any:
+        """Item ``name`` as saved (shapes, dtypes), placed on this process's first device; None (orbax's
+        own default) when its metadata cannot be read, so the restore reports the damage."""
+        try:
+            tree = _ocp().StandardCheckpointer().metadata(self.step_dir(step) / name).item_metadata.tree
+        except Exception:  # noqa: BLE001 - missing/damaged metadata: let the restore itself fail clearly
+            return None
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        return jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), tree)
 
     def close(self) -> None:
         self._manager.close()

@@ -5,6 +5,11 @@ e.g. ``--set training.total_train_steps=2 loss.beta=0.05 shaping.params.alpha=0.
 built and validated before anything is loaded; an invalid one exits with status 2 and a message naming
 the field. A workdir that holds a checkpoint is resumed (``--no-resume`` refuses to touch it).
 
+Several processes (one per host or GPU) train one experiment on JAX's multi-process runtime: started
+by SLURM (``srun``; detected from its environment) or by hand with ``--coordinator HOST:PORT
+--num-processes N --process-id I`` on each. ``launch.training_devices`` is then the global device
+count; process 0 samples, logs and writes metrics (README: Scaling out).
+
 Exit status: 0 finished, 130 interrupted (checkpointed), 2 invalid config, 1 other errors.
 """
 
@@ -15,6 +20,7 @@ import os
 import sys
 from pathlib import Path
 
+from jaxdebate import distributed
 from jaxdebate.errors import ConfigError, JaxDebateError
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -35,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="validate the config and resolve the datasets, then exit without training")
     parser.add_argument("--no-resume", action="store_true",
                         help="fail instead of resuming when the workdir already holds a checkpoint")
+    group = parser.add_argument_group("multi-process training (jax.distributed; SLURM is detected without these)")
+    group.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address, the same on every process")
+    group.add_argument("--num-processes", type=int, metavar="N", help="how many processes train this run")
+    group.add_argument("--process-id", type=int, metavar="I", help="this process's index, 0 .. N-1")
     return parser
 
 
@@ -86,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             print(format_config(config))
             return EXIT_OK
         check_workdir(workdir)
+        group = distributed.detect(args.coordinator, args.num_processes, args.process_id)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return EXIT_CONFIG
@@ -107,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         from jaxdebate.rl.trainer import train as run_training
 
         enable_compilation_cache()
+        if group is not None:
+            distributed.initialize(group)
+            print(f"[jaxdebate] process {group.process_id} of {group.num_processes} ({group.source})",
+                  file=sys.stderr)
 
         existing = latest_step(workdir)
         if existing is not None:

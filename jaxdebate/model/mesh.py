@@ -44,9 +44,25 @@ def param_shardings(params: Any, mesh: Mesh, *, fsdp: bool = False) -> Any:
     return jax.tree.map(lambda x: NamedSharding(mesh, param_spec(tuple(x.shape), mesh, fsdp)), params)
 
 
+def spans_processes(mesh: Mesh) -> bool:
+    """True when the mesh holds devices of other processes (a multi-process run's global mesh)."""
+    return any(d.process_index != jax.process_index() for d in mesh.devices.flat)
+
+
 def shard_params(params: Any, mesh: Mesh, *, fsdp: bool = False) -> Any:
-    """Place a parameter tree on the mesh: replicated by default, FSDP-sharded with ``fsdp=True``."""
+    """Place a parameter tree on the mesh: replicated by default, FSDP-sharded with ``fsdp=True``.
+
+    On a mesh spanning processes, process-local arrays go through host memory: every process holds
+    the same values (the same seeded init or checkpoint), and JAX builds the global array from them."""
+    if spans_processes(mesh):
+        params = jax.tree.map(lambda x: np.asarray(x) if getattr(x, "is_fully_addressable", False) else x, params)
     return jax.device_put(params, param_shardings(params, mesh, fsdp=fsdp))
+
+
+def replicated(shape_tree: Any, mesh: Mesh) -> Any:
+    """A tree of ``jax.ShapeDtypeStruct`` (e.g. a restore target) with every leaf replicated on ``mesh``."""
+    sharding = NamedSharding(mesh, PartitionSpec())
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), shape_tree)
 
 
 def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:

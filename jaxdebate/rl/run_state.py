@@ -13,8 +13,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdebate.checkpointer import CheckpointError
+from jaxdebate.model.mesh import replicated
 from jaxdebate.rl.grpo import TrainState
 
 REQUIRED_METADATA = ("step", "data", "sampler_version", "ref_version")
@@ -40,7 +42,7 @@ def pack(run: RunState, **metadata: Any) -> tuple[dict[str, Any], dict[str, Any]
         "params": run.train.params,
         "opt_state": run.train.opt_state,
         "opt_step": run.train.step,
-        "rng": jax.random.key_data(run.rng),
+        "rng": np.asarray(jax.random.key_data(run.rng)),  # host data: the same on every process
     }
     if run.ref_version != run.step:
         items["ref_params"] = run.train.ref_params
@@ -58,14 +60,16 @@ def check_metadata(meta: dict[str, Any], where: str) -> None:
         raise CheckpointError(f"checkpoint {where} is unreadable (metadata): no {', '.join(missing)}")
 
 
-def restore_target(abstract: TrainState, saved_items: list[str] | set[str]) -> dict[str, Any]:
+def restore_target(abstract: TrainState, saved_items: list[str] | set[str], mesh: Any = None) -> dict[str, Any]:
     """The restore target for every item a checkpoint holds, shaped like ``abstract`` (a TrainState
-    of ``jax.ShapeDtypeStruct``, with the shardings to restore into)."""
+    of ``jax.ShapeDtypeStruct``); with a ``mesh``, every array is restored replicated on it."""
+    if mesh is not None:
+        abstract = replicated(abstract, mesh)
     target: dict[str, Any] = {
         "params": abstract.params,
         "opt_state": abstract.opt_state,
         "opt_step": abstract.step,
-        "rng": jax.ShapeDtypeStruct((2,), jnp.uint32),
+        "rng": np.zeros((2,), np.uint32),
     }
     for name in ("ref_params", "sampler_params"):
         if name in saved_items:

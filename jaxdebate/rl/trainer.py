@@ -5,6 +5,10 @@ then sync the sampler, validate, checkpoint and log.
 from it exactly: the same data order, the same sampling seeds, the same sampler and reference weights.
 Ctrl-C / SIGTERM during sampling abandons the step in flight and checkpoints the last completed one;
 during the update it lets the step finish first. A second signal stops at once.
+
+Under ``jax.distributed`` (:mod:`jaxdebate.distributed`) every process runs this same loop over a
+global mesh: process 0 samples, grades, logs and writes metrics and hands each step's training
+samples to the others; every process learns on its shard of the rows and saves collectively.
 """
 
 from __future__ import annotations
@@ -21,19 +25,21 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from tqdm import tqdm
 
+from jaxdebate import distributed
 from jaxdebate.checkpointer import Checkpointer, checkpoint_dir
 from jaxdebate.configlib import diff, from_dict, to_dict
 from jaxdebate.data import ItemStream
 from jaxdebate.debate import Grader, run_debates
-from jaxdebate.errors import ConfigError
+from jaxdebate.errors import ConfigError, JaxDebateError
 from jaxdebate.metrics import MetricWriter
 from jaxdebate.model import load, load_tokenizer, make_mesh, shard_batch, shard_params
 from jaxdebate.rl.batching import Sample, make_microbatches, rows_cap_for
-from jaxdebate.rl.grpo import Learner, TrainState
 from jaxdebate.rl import run_state
+from jaxdebate.rl.grpo import Learner
 from jaxdebate.rl.preflight import check_prompts_fit
 from jaxdebate.rl.step_metrics import NONDETERMINISTIC_PREFIXES, timing_metrics, train_metrics
 from jaxdebate.rl.timing import PhaseTimer
@@ -62,8 +68,32 @@ def _sampling_seed(rng: jax.Array) -> tuple[jax.Array, int]:
     return rng, int(jax.random.randint(sub, (), 0, 2**31 - 1))
 
 
+def _pack_samples(samples: list[Sample]) -> dict[str, np.ndarray]:
+    """Training samples as flat arrays plus lengths (what :func:`distributed.broadcast_arrays` sends)."""
+    return {
+        "prompt": np.concatenate([s.prompt for s in samples]),
+        "prompt_len": np.asarray([len(s.prompt) for s in samples]),
+        "completion": np.concatenate([s.completion for s in samples]),
+        "logprobs": np.concatenate([s.sampler_logprobs for s in samples]),
+        "completion_len": np.asarray([len(s.completion) for s in samples]),
+        "advantage": np.asarray([s.advantage for s in samples], np.float64),
+    }
+
+
+def _unpack_samples(arrays: dict[str, np.ndarray]) -> list[Sample]:
+    """The inverse of :func:`_pack_samples` (same values and dtypes)."""
+    prompts = np.split(arrays["prompt"], np.cumsum(arrays["prompt_len"])[:-1])
+    cuts = np.cumsum(arrays["completion_len"])[:-1]
+    completions, logprobs = np.split(arrays["completion"], cuts), np.split(arrays["logprobs"], cuts)
+    return [Sample(p, c, lp, float(a)) for p, c, lp, a in zip(prompts, completions, logprobs, arrays["advantage"])]
+
+
 class _Stop(BaseException):
     """Raised inside the loop when a stop signal arrives while the step in flight can be abandoned."""
+
+
+# What process 0 tells the others with each step's samples (multi-process runs).
+_GO, _STOP, _ABORT = 0, 1, 2
 
 
 @dataclasses.dataclass
@@ -92,19 +122,30 @@ class Trainer:
 
     def _setup(self) -> None:
         cfg = self.config
+        self.main = distributed.is_main()
         self.workdir.mkdir(parents=True, exist_ok=True)
         n_dev = cfg.launch.training_devices
         if n_dev > len(jax.devices()):
             raise ConfigError(
                 f"launch.training_devices={n_dev} but only {len(jax.devices())} device(s) are visible"
             )
+        if distributed.is_multiprocess() and n_dev != jax.device_count():
+            raise ConfigError(
+                f"launch.training_devices={n_dev} must be the global device count in a multi-process run: "
+                f"{jax.process_count()} processes x {jax.local_device_count()} local device(s) = {jax.device_count()}"
+            )
+        if cfg.launch.sampling_devices > jax.local_device_count():
+            raise ConfigError(f"launch.sampling_devices={cfg.launch.sampling_devices} but process 0 has "
+                              f"{jax.local_device_count()} device(s)")
         self.mesh = make_mesh(n_dev) if n_dev > 1 else None
+        local = jax.local_devices()[: cfg.launch.sampling_devices]
+        self.sampler_mesh = Mesh(np.asarray(local), ("data",)) if len(local) > 1 else None
         self.tokenizer = load_tokenizer(cfg.model.source)
         train_items, self.val_items = cfg.data.load()
         check_prompts_fit(cfg, self.tokenizer, train_items, self.val_items)
         params, self.model_config = load(cfg.model.source, dtype=cfg.model.dtype, remat=cfg.model.remat)
         self.stream = ItemStream(train_items, cfg.training.train_batch_size, cfg.training.seed)
-        self.grader = Grader()
+        self.grader = Grader() if self.main else None
         epochs = cfg.loss.ppo_epochs
         self.learner = Learner(
             self.model_config, cfg.loss, cfg.optimizer, cfg.training.total_train_steps * epochs,
@@ -119,16 +160,22 @@ class Trainer:
             if self.mesh is not None:
                 params = shard_params(params, self.mesh)
             self.state = self.learner.init_state(params)
+            if self.mesh is not None and distributed.is_multiprocess():
+                self.state = shard_params(self.state, self.mesh)  # counters and adapters as global arrays
             self.rng = jax.random.key(cfg.training.seed)
             self.step = 0
             self.sampler_version = 0
             self.ref_version = 0
             self._set_sampler_source(self.state.params)
         self.resumed_from = latest
+        self.sampler = self.writer = None
+        if not self.main:  # process 0 alone samples and writes
+            self._commit()
+            return
         (self.workdir / CONFIG_FILE).write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
         self.sampler = make_sampler(
             cfg.sampler, self.sampler_params, self.model_config, self.tokenizer,
-            workdir=self.workdir, max_total_len=cfg.debate.max_sequence_length, mesh=self.mesh,
+            workdir=self.workdir, max_total_len=cfg.debate.max_sequence_length, mesh=self.sampler_mesh,
             seed=cfg.training.seed, version=self.sampler_version,
         )
         log = cfg.logging
@@ -161,7 +208,7 @@ class Trainer:
         """Restore the newest readable checkpoint (damaged newer steps are moved to
         ``<workdir>/unreadable_checkpoints/``); the step restored, or None when there is none."""
         return self.checkpointer.restore_newest(lambda step: self._restore(params, step),
-                                                self.workdir / UNREADABLE_DIR)
+                                                self.workdir / UNREADABLE_DIR, move=distributed.is_main())
 
     def _restore(self, params, step: int) -> None:
         meta = self.checkpointer.metadata(step)
@@ -174,7 +221,8 @@ class Trainer:
         if self.mesh is not None:
             params = shard_params(params, self.mesh)
         self.learner.set_base(params)
-        target = run_state.restore_target(self.learner.abstract_state(params), set(meta.get("__items__", [])))
+        target = run_state.restore_target(self.learner.abstract_state(params), set(meta.get("__items__", [])),
+                                          self.mesh)
         restored, meta = self.checkpointer.restore(step, target=target)
         if self.mesh is None:
             # orbax returns committed arrays; a fresh run's are uncommitted. Match the fresh run, so the
@@ -188,9 +236,13 @@ class Trainer:
 
     def _set_sampler_source(self, trainable) -> None:
         """Remember the trainable tree the sampler serves (what a checkpoint stores) and build the
-        model tree it samples from (a copy, or base + adapter under LoRA)."""
+        model tree it samples from (a copy, or base + adapter under LoRA). The sampler runs on process
+        0's own devices: with a learner mesh, it gets a copy placed there, not the global arrays."""
         self.sampler_source = _copy_tree(trainable)
-        self.sampler_params = self.learner.weights(self.sampler_source, copy=False)
+        weights = self.learner.weights(self.sampler_source, copy=False)
+        if self.mesh is not None:
+            weights = jax.device_put(distributed.host_local(weights), jax.local_devices()[0])
+        self.sampler_params = weights
 
     # ---------------------------------------------------------------------------------- signals
 
@@ -221,37 +273,50 @@ class Trainer:
         cfg = self.config
         timer = self.timer
         step_start = time.perf_counter()
-        self._interruptible = True
-        if self._stop_requested:
-            raise _Stop
-        with timer("sampling"):
-            items = self.stream.next_batch()
-            rng, seed = _sampling_seed(self.rng)
-            batch = run_debates(
-                self.sampler, self.tokenizer, items, config=cfg.debate,
-                n_rollouts=cfg.training.generations_per_prompt,
-                sampling=self._sampling_params(evaluation=False), grader=self.grader,
-                env_name_remap=cfg.data.env_name_remap, seed=seed,
-            )
+        self._interruptible = self.main
+        try:
+            if self.main and self._stop_requested:
+                raise _Stop
+            with timer("sampling"):
+                items = self.stream.next_batch()  # every process: the same data position and RNG
+                rng, seed = _sampling_seed(self.rng)
+                batch = None
+                if self.main:
+                    batch = run_debates(
+                        self.sampler, self.tokenizer, items, config=cfg.debate,
+                        n_rollouts=cfg.training.generations_per_prompt,
+                        sampling=self._sampling_params(evaluation=False), grader=self.grader,
+                        env_name_remap=cfg.data.env_name_remap, seed=seed,
+                    )
+        except _Stop:
+            self._interruptible = False
+            self._share(_STOP)
+            raise
+        except BaseException:
+            self._interruptible = False
+            self._share(_ABORT)
+            raise
         self._interruptible = False
 
         with timer("learning"):
-            shaped = shape_rewards(cfg.shaping, batch.correct, batch.votes, batch.gold, batch.active)
-            adv = compute_advantages(shaped, batch.active, estimator=cfg.loss.estimator,
-                                     grouping=cfg.loss.grouping, eps=cfg.loss.advantage_eps)
-            truncated = batch.truncated()
-            keep, fstats = sample_filter(
-                shaped, batch.active, truncated, grouping=cfg.loss.grouping,
-                drop_zero_signal=cfg.loss.filter_zero_signal, drop_truncated=cfg.loss.filter_truncated,
-            )
-            team = team_reward(batch.votes, batch.gold, batch.active)
-            rmetrics = reward_metrics(batch.correct, shaped, team, batch.active)
-            keep, adv = np.asarray(keep), np.asarray(adv)
-            samples = [
-                Sample(np.asarray(t.prompt_ids), np.asarray(t.completion_ids), np.asarray(t.logprobs),
-                       float(adv[t.index]))
-                for t in batch.turns if keep[t.index] and len(t.completion_ids)
-            ]
+            samples: list[Sample] = []
+            if batch is not None:
+                shaped = shape_rewards(cfg.shaping, batch.correct, batch.votes, batch.gold, batch.active)
+                adv = compute_advantages(shaped, batch.active, estimator=cfg.loss.estimator,
+                                         grouping=cfg.loss.grouping, eps=cfg.loss.advantage_eps)
+                keep, fstats = sample_filter(
+                    shaped, batch.active, batch.truncated(), grouping=cfg.loss.grouping,
+                    drop_zero_signal=cfg.loss.filter_zero_signal, drop_truncated=cfg.loss.filter_truncated,
+                )
+                rmetrics = reward_metrics(batch.correct, shaped,
+                                          team_reward(batch.votes, batch.gold, batch.active), batch.active)
+                keep, adv = np.asarray(keep), np.asarray(adv)
+                samples = [
+                    Sample(np.asarray(t.prompt_ids), np.asarray(t.completion_ids), np.asarray(t.logprobs),
+                           float(adv[t.index]))
+                    for t in batch.turns if keep[t.index] and len(t.completion_ids)
+                ]
+            samples = self._share(_GO, samples)
             lmetrics: dict[str, float] = {}
             bstats: dict[str, float] = {"samples": 0.0, "sequence_tokens": 0.0}
             if samples:
@@ -279,23 +344,45 @@ class Trainer:
         if step % cfg.training.export_every_steps == 0:
             with timer("sync"):
                 self._set_sampler_source(self.state.params)
-                self.sampler.update_weights(self.sampler_params, step)
+                if self.sampler is not None:
+                    self.sampler.update_weights(self.sampler_params, step)
                 self.sampler_version = step
         self._commit()
 
-        m = train_metrics(
+        self._step_seconds = time.perf_counter() - step_start
+        self._learner_tokens = float(bstats.get("sequence_tokens", 0))
+        if batch is None:
+            self._sampled_tokens = 0.0
+            return {}
+        self._sampled_tokens = float(batch.stats.get("completion_tokens", 0))
+        return train_metrics(
             batch, reward=rmetrics, filters=fstats, advantages=adv, learner=lmetrics, layout=bstats,
             updated=bool(samples), step=step, sampler_version=self.sampler_version, ref_version=self.ref_version,
             sampler_stats=self.sampler.stats(),
         )
-        self._step_seconds = time.perf_counter() - step_start
-        self._sampled_tokens = float(batch.stats.get("completion_tokens", 0))
-        self._learner_tokens = float(bstats.get("sequence_tokens", 0))
-        return m
+
+    def _share(self, signal_: int, samples: list[Sample] | None = None) -> list[Sample]:
+        """Process 0's samples of this step on every process (a multi-process run; one process: as
+        given). The others learn from what it sends, stop with it (``_STOP``: checkpoint and exit) or
+        fail with it (``_ABORT``: its error is in its log)."""
+        if not distributed.is_multiprocess():
+            return samples or []
+        arrays = None
+        if self.main:
+            arrays = {"signal": np.asarray(signal_)}
+            if samples:
+                arrays.update(_pack_samples(samples))
+        got = distributed.broadcast_arrays(arrays)
+        received = int(got["signal"])
+        if received == _STOP:
+            raise _Stop
+        if received == _ABORT:
+            raise JaxDebateError("process 0 failed while sampling this step (its log has the error)")
+        return _unpack_samples(got) if "advantage" in got else []
 
     def _validate(self) -> dict[str, float]:
         cfg = self.config
-        if not self.val_items:
+        if not self.val_items or not self.main:
             return {}
         items, remap = self.val_items, cfg.data.env_name_remap
         if cfg.data.validation_env is not None:
@@ -325,9 +412,10 @@ class Trainer:
         try:
             self._setup()
             previous_handlers = self._install_signals()
-            bar = tqdm(total=t.total_train_steps, initial=self.step, disable=not cfg.logging.progress_bar,
+            bar = tqdm(total=t.total_train_steps, initial=self.step,
+                       disable=not (cfg.logging.progress_bar and self.main),
                        desc=self.workdir.name, unit="step", dynamic_ncols=True)
-            if t.validate_at_start and self.step == 0:
+            if t.validate_at_start and self.step == 0 and self.writer is not None:
                 self.writer.write(0, self._validate())
             while self.step < t.total_train_steps:
                 try:
@@ -343,7 +431,7 @@ class Trainer:
                                               sampled_tokens=self._sampled_tokens,
                                               learner_tokens=self._learner_tokens))
                 # metrics first: a run killed while checkpointing has logged every step it resumes after
-                if step % t.log_every_steps == 0 or step == t.total_train_steps:
+                if self.writer is not None and (step % t.log_every_steps == 0 or step == t.total_train_steps):
                     self.writer.write(step, metrics)
                 if (t.checkpoint_every_steps and step % t.checkpoint_every_steps == 0) or step == t.total_train_steps:
                     with self.timer("checkpoint"):
@@ -353,7 +441,7 @@ class Trainer:
                 bar.set_postfix(reward=f"{metrics.get('train/reward/raw/mean', 0):.3f}",
                                 acc=f"{metrics.get('train/accuracy', 0):.3f}",
                                 tok_s=f"{metrics['throughput/tokens_per_s']:.0f}")
-                if self._stop_requested:
+                if distributed.any_process(self._stop_requested > 0):  # every process stops together
                     status = "interrupted"
                     break
             if status == "interrupted" and cfg.checkpoint.save_on_interrupt:
