@@ -73,7 +73,13 @@ class LoggingConfig(Section):
 
 @dataclasses.dataclass(frozen=True)
 class LaunchConfig(Section):
-    """Where a run executes: locally, or on SLURM through submitit (used by the sweep tool)."""
+    """Where a run executes: locally, or on SLURM through submitit (used by the sweep tool).
+
+    ``training_devices`` is the learner's global device count (all processes of a multi-process run);
+    ``sampling_devices`` are process 0's devices for the in-process sampler. On SLURM a run spans
+    ``nodes`` x ``tasks_per_node`` tasks, one training process each (``jax.distributed``), each task
+    pinned to ``gpus_per_node / tasks_per_node`` GPUs.
+    """
 
     _name: ClassVar[str] = "launch"
     executor: Literal["local", "slurm"] = "local"
@@ -87,10 +93,15 @@ class LaunchConfig(Section):
     cpus_per_task: int = 8
     mem_gb: int = 64
     time_limit_minutes: int = 240
+    nodes: int = 1
+    tasks_per_node: int = 1
 
     def validate(self) -> None:
-        self._at_least(1, "training_devices", "sampling_devices", "cpus_per_task", "mem_gb", "time_limit_minutes")
+        self._at_least(1, "training_devices", "sampling_devices", "cpus_per_task", "mem_gb", "time_limit_minutes",
+                       "nodes", "tasks_per_node")
         self._at_least(0, "gpus_per_node")
+        if self.gpus_per_node % self.tasks_per_node:
+            self._fail("tasks_per_node", f"must divide launch.gpus_per_node={self.gpus_per_node} (GPUs per task)")
 
 
 

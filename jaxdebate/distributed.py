@@ -65,14 +65,23 @@ def detect(coordinator: str | None = None, num_processes: int | None = None, pro
     return None
 
 
+def task_devices(env: Mapping[str, str] | None = None) -> list[int] | None:
+    """The local GPU ids of this SLURM task: every GPU SLURM made visible to it (``CUDA_VISIBLE_DEVICES``,
+    renumbered from 0), or None where SLURM pinned none (CPU jobs). JAX's own SLURM detection would
+    give each process one device, ``SLURM_LOCALID``, which is wrong for a task holding several GPUs."""
+    env = os.environ if env is None else env
+    visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return list(range(len(visible))) or None
+
+
 def initialize(group: ProcessGroup | None) -> None:
     """Start ``jax.distributed`` for ``group`` (before any other JAX computation); nothing for None."""
     if group is None:
         return
     import jax
 
-    if group.source == "slurm":
-        jax.distributed.initialize()  # coordinator, process count and id from SLURM's environment
+    if group.source == "slurm":  # coordinator, process count and id from SLURM's environment
+        jax.distributed.initialize(local_device_ids=task_devices())
     else:
         jax.distributed.initialize(group.coordinator, num_processes=group.num_processes,
                                    process_id=group.process_id)

@@ -170,14 +170,27 @@ def effective_status(spec: RunSpec) -> str:
 # ---------------------------------------------------------------------------------------------------
 
 
+def task_rank(env: dict[str, str] | None = None) -> int:
+    """This task's rank in a multi-task SLURM job step (0 otherwise): every task runs the training
+    process (``jax.distributed``), task 0 alone keeps the run's state and main log."""
+    env = os.environ if env is None else env
+    return int(env.get("SLURM_PROCID", "0")) if int(env.get("SLURM_NTASKS", "1")) > 1 else 0
+
+
 def execute(spec: RunSpec, *, echo: bool = True) -> dict[str, Any]:
     """Run one spec to completion in a child process; returns its final state.
 
     Output goes to ``<workdir>/launch.log`` (and the terminal when ``echo``). SIGTERM/SIGINT to this
-    process are forwarded to the child, which checkpoints before exiting.
+    process are forwarded to the child, which checkpoints before exiting. In task ``r > 0`` of a
+    multi-node job the child's output goes to ``launch.task<r>.log`` and the run state is left to task 0.
     """
     workdir = Path(spec.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    rank = task_rank()
+    if rank > 0:
+        returncode = _run_child(spec, workdir / f"launch.task{rank}.log", echo=False,
+                                header=f"task {rank} at {time.ctime()}")
+        return {"status": "task", "rank": rank, "returncode": returncode}
     state = read_state(workdir)
     attempts = int(state.get("attempts", 0)) + 1
     started = time.time()
@@ -187,13 +200,28 @@ def execute(spec: RunSpec, *, echo: bool = True) -> dict[str, Any]:
         pid=os.getpid(), command=shlex.join(spec.command()),
     )
     write_state(workdir, state)
+    returncode = _run_child(spec, workdir / "launch.log", echo=echo,
+                            header=f"attempt {attempts} at {time.ctime(started)}: {state['command']}")
+    wall = float(state.get("wall_time_s", 0.0)) + time.time() - started
+    status = {EXIT_OK: "done", EXIT_INTERRUPTED: "interrupted"}.get(returncode, "failed")
+    if returncode < 0:  # killed by a signal: resumable from its last checkpoint
+        status = "interrupted"
+    state.update(
+        status=status,
+        returncode=returncode, finished_at=time.time(), wall_time_s=wall, pid=None,
+    )
+    write_state(workdir, state)
+    return state
+
+
+def _run_child(spec: RunSpec, log_path: Path, *, echo: bool, header: str) -> int:
+    """The run's launch command in a child process, its output appended to ``log_path``; its exit status."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     # Runs of one sweep compile the same programs: share XLA's persistent compilation cache.
-    env.setdefault("JAX_COMPILATION_CACHE_DIR", str(workdir.parent / ".jax_cache"))
+    env.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(spec.workdir).parent / ".jax_cache"))
     env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
-    log_path = workdir / "launch.log"
     with open(log_path, "a") as log:
-        log.write(f"\n=== attempt {attempts} at {time.ctime(started)}: {state['command']}\n")
+        log.write(f"\n=== {header}\n")
         log.flush()
         proc = subprocess.Popen(
             spec.command(), cwd=str(REPO_ROOT), env=env, stdout=subprocess.PIPE,
@@ -210,20 +238,10 @@ def execute(spec: RunSpec, *, echo: bool = True) -> dict[str, Any]:
                 if echo:
                     sys.stdout.write(f"[{spec.name}] {line}")
                     sys.stdout.flush()
-            returncode = proc.wait()
+            return proc.wait()
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-    wall = float(state.get("wall_time_s", 0.0)) + time.time() - started
-    status = {EXIT_OK: "done", EXIT_INTERRUPTED: "interrupted"}.get(returncode, "failed")
-    if returncode < 0:  # killed by a signal: resumable from its last checkpoint
-        status = "interrupted"
-    state.update(
-        status=status,
-        returncode=returncode, finished_at=time.time(), wall_time_s=wall, pid=None,
-    )
-    write_state(workdir, state)
-    return state
 
 
 class SubmititRun:
@@ -258,9 +276,12 @@ def slurm_parameters(launch: dict[str, Any], name: str) -> dict[str, Any]:
         "timeout_min": launch["time_limit_minutes"],
         "slurm_qos": launch["qos"] or launch["priority"],
         "slurm_comment": f"priority={launch['priority']}",
-        "tasks_per_node": 1,
-        "nodes": 1,
+        "tasks_per_node": launch["tasks_per_node"],
+        "nodes": launch["nodes"],
     }
+    if launch["tasks_per_node"] > 1 and launch["gpus_per_node"]:
+        # one training process per task, each pinned to its own GPUs (SLURM sets CUDA_VISIBLE_DEVICES)
+        params["slurm_gpus_per_task"] = launch["gpus_per_node"] // launch["tasks_per_node"]
     if launch.get("account"):
         params["slurm_account"] = launch["account"]
     return params

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from jaxdebate.checkpoint import restore
-from jaxdebate.distributed import ProcessGroup, detect
+from jaxdebate.distributed import ProcessGroup, detect, task_devices
 from jaxdebate.errors import ConfigError
 from jaxdebate.metrics import read_metrics
 from jaxdebate.rl.step_metrics import NONDETERMINISTIC_PREFIXES
@@ -152,3 +152,5 @@ def test_distributed_process_group_detection():
                           (("nohost", 2, 0), "HOST:PORT"), (("h:1", 0, 0), "--num-processes must be >= 1")]:
         with pytest.raises(ConfigError, match=message):
             detect(*args)
+    assert task_devices({"CUDA_VISIBLE_DEVICES": "4,5"}) == [0, 1]  # a task pinned to 2 GPUs
+    assert task_devices({"CUDA_VISIBLE_DEVICES": ""}) is None and task_devices({}) is None

@@ -16,7 +16,7 @@ import pytest
 from jaxdebate import analysis
 from jaxdebate.checkpoint import latest_step
 from jaxdebate.errors import ConfigError
-from jaxdebate.sweep import make_executor, plan_runs, read_state, run_sweep, slurm_parameters
+from jaxdebate.sweep import make_executor, plan_runs, read_state, run_sweep, slurm_parameters, task_rank
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = str(REPO / "configs" / "smoke.py")
@@ -184,6 +184,30 @@ def test_slurm_parameters_from_the_launch_section(tmp_path, monkeypatch):
     for line in ("#SBATCH --partition=gpu_8", "#SBATCH --gpus-per-node=8", "#SBATCH --qos=dev-low",
                  "#SBATCH --time=90", f"#SBATCH --job-name={spec.name}"):
         assert line in sbatch, sbatch
+
+
+def test_distributed_slurm_job_spans_nodes_with_one_pinned_task_per_gpu_group(tmp_path, monkeypatch):
+    """Issue 16: a run on 2 nodes x 4 tasks, 8 GPUs per node: 8 training processes of 2 GPUs each,
+    started by srun (jax.distributed reads the coordinator from SLURM)."""
+    runs = plan_runs(tmp_path / "sweep", None, [42], launch_overrides=[
+        "executor=slurm", "nodes=2", "tasks_per_node=4", "gpus_per_node=8", "training_devices=16"])
+    params = slurm_parameters(runs[0].launch, runs[0].name)
+    assert params["nodes"] == 2 and params["tasks_per_node"] == 4 and params["slurm_gpus_per_task"] == 2
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (shim / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    sbatch = make_executor("slurm", tmp_path / "submitit", runs[0])._executor._make_submission_file_text(
+        "python -c 1", "uid")
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-task=2",
+                 "#SBATCH --gpus-per-node=8"):
+        assert line in sbatch, sbatch
+    assert "srun" in sbatch
+    with pytest.raises(ConfigError, match="launch.tasks_per_node must divide launch.gpus_per_node=8"):
+        plan_runs(tmp_path / "bad", None, [42], launch_overrides=["gpus_per_node=8", "tasks_per_node=3"])
+    assert task_rank({"SLURM_NTASKS": "8", "SLURM_PROCID": "5"}) == 5
+    assert task_rank({"SLURM_NTASKS": "1", "SLURM_PROCID": "0"}) == 0 and task_rank({}) == 0
 
 
 def test_invalid_sweep_fails_before_running(tmp_path):
