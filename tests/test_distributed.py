@@ -154,3 +154,14 @@ def test_distributed_process_group_detection():
             detect(*args)
     assert task_devices({"CUDA_VISIBLE_DEVICES": "4,5"}) == [0, 1]  # a task pinned to 2 GPUs
     assert task_devices({"CUDA_VISIBLE_DEVICES": ""}) is None and task_devices({}) is None
+
+
+def test_distributed_sampler_devices_are_separate_when_the_process_has_room():
+    from jaxdebate.rl.trainer import sampling_devices
+
+    gpus = [f"gpu{i}" for i in range(8)]
+    assert sampling_devices(gpus, 6, 2) == ["gpu6", "gpu7"]  # the seeds' split: 6 learn, 2 sample
+    assert sampling_devices(gpus, 8, 1) == ["gpu0"]  # no room: shared with the learner
+    assert sampling_devices(["cpu0"], 1, 1) == ["cpu0"]
+    with pytest.raises(ConfigError, match="launch.sampling_devices=3 but process 0 has 2"):
+        sampling_devices(["a", "b"], 0, 3)

@@ -68,6 +68,16 @@ def _sampling_seed(rng: jax.Array) -> tuple[jax.Array, int]:
     return rng, int(jax.random.randint(sub, (), 0, 2**31 - 1))
 
 
+def sampling_devices(local: list, training: int, wanted: int) -> list:
+    """Process 0's devices for the in-process sampler: the ``wanted`` devices after the ``training``
+    ones when the process has room for both (separate sampling GPUs, as in the seeds' launch), else
+    its first ``wanted`` (shared with the learner)."""
+    if wanted > len(local):
+        raise ConfigError(f"launch.sampling_devices={wanted} but process 0 has {len(local)} device(s)")
+    start = training if training + wanted <= len(local) else 0
+    return local[start:start + wanted]
+
+
 def _pack_samples(samples: list[Sample]) -> dict[str, np.ndarray]:
     """Training samples as flat arrays plus lengths (what :func:`distributed.broadcast_arrays` sends)."""
     return {
@@ -134,12 +144,11 @@ class Trainer:
                 f"launch.training_devices={n_dev} must be the global device count in a multi-process run: "
                 f"{jax.process_count()} processes x {jax.local_device_count()} local device(s) = {jax.device_count()}"
             )
-        if cfg.launch.sampling_devices > jax.local_device_count():
-            raise ConfigError(f"launch.sampling_devices={cfg.launch.sampling_devices} but process 0 has "
-                              f"{jax.local_device_count()} device(s)")
         self.mesh = make_mesh(n_dev) if n_dev > 1 else None
-        local = jax.local_devices()[: cfg.launch.sampling_devices]
+        local = sampling_devices(jax.local_devices(), n_dev if not distributed.is_multiprocess() else 0,
+                                 cfg.launch.sampling_devices)
         self.sampler_mesh = Mesh(np.asarray(local), ("data",)) if len(local) > 1 else None
+        self.sampler_device = local[0]
         self.tokenizer = load_tokenizer(cfg.model.source)
         train_items, self.val_items = cfg.data.load()
         check_prompts_fit(cfg, self.tokenizer, train_items, self.val_items)
@@ -240,8 +249,8 @@ class Trainer:
         0's own devices: with a learner mesh, it gets a copy placed there, not the global arrays."""
         self.sampler_source = _copy_tree(trainable)
         weights = self.learner.weights(self.sampler_source, copy=False)
-        if self.mesh is not None:
-            weights = jax.device_put(distributed.host_local(weights), jax.local_devices()[0])
+        if self.mesh is not None or self.sampler_device != jax.local_devices()[0]:
+            weights = jax.device_put(distributed.host_local(weights), self.sampler_device)
         self.sampler_params = weights
 
     # ---------------------------------------------------------------------------------- signals
