@@ -175,6 +175,25 @@ def test_no_recompilation_across_prompt_lengths(model, tokenizer):
                              "sampler/compiled_decode_shapes": float(counts["decode"])}
 
 
+def test_dropping_finished_rows_gives_the_same_samples_for_less_decoding(model, tokenizer):
+    """Issue 12: rows of one batch finish at different steps (their max_tokens differ); decoding on
+    with only the unfinished rows gives the same tokens and log-probs as decoding them all."""
+    params, config = model
+    rng = np.random.default_rng(0)
+    prompts = [[int(t) for t in rng.integers(5, 200, size=int(rng.integers(8, 30)))] for _ in range(12)]
+    sp = [SamplingParams(temperature=1.0, max_tokens=int(m), seed=3) for m in [4, 6, 8, 9, 12, 14, 16, 20, 25, 30, 60, 90]]
+    out, work = {}, {}
+    for shrink in (False, True):
+        with JaxSampler(params, config, tokenizer, shrink=shrink, decode_chunk=8, seed=1) as s:
+            out[shrink] = s.generate(prompts, sp)
+            work[shrink] = s.decoded_row_steps
+    for full, shrunk in zip(out[False], out[True]):
+        assert full[0].token_ids == shrunk[0].token_ids and full[0].finish_reason == shrunk[0].finish_reason
+        np.testing.assert_allclose(full[0].logprobs, shrunk[0].logprobs, atol=1e-5)
+    assert [len(c[0].token_ids) for c in out[True]] == [4, 6, 8, 9, 12, 14, 16, 20, 25, 30, 60, 90]
+    assert work[True] < 0.5 * work[False], work  # 12 rows to the 90th token vs a shrinking batch
+
+
 def _chi_square_ok(counts, probs):
     """Pearson chi-square goodness of fit (bins expecting < 5 samples pooled) within 6 sigma."""
     expected = probs * counts.sum()

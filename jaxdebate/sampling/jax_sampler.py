@@ -4,8 +4,9 @@ Each ``generate`` call groups its ``prompt x n`` rows into batches; a batch is l
 bucketed shapes (rows, prompt length, new tokens: powers of two) so prompts of new lengths reuse the
 compiled code. The distinct prompts of a batch are prefilled once and their caches copied to their ``n``
 rows; prompts that start alike (a system prompt, a worked example, a debate's question) share one
-prefill of their common prefix (:func:`jaxdebate.shapes.group_prefixes`); decoding is a ``lax.while_loop`` over tokens that exits as soon as every row is done. Stop strings
-are checked on the host between decode chunks (``decode_chunk`` tokens) when a request has any.
+prefill of their common prefix (:func:`jaxdebate.shapes.group_prefixes`); decoding is a
+``lax.while_loop`` over tokens that exits as soon as every row is done. Between decode chunks
+(``decode_chunk`` tokens) the host checks stop strings and drops finished rows (``shrink``).
 
 Sampling draws one uniform per row and step from a key derived from ``(seed, prompt index, sample
 index, step)``, so a seeded request gives the same samples whatever else shares its batch.
@@ -160,6 +161,8 @@ def _decode(params, state, until, *, config, stop_ids, use_top_p):
 
 # ------------------------------------------------------------------------------------------ host shell
 
+_OUTPUTS = ("tokens", "logprobs", "length", "stopped")  # the decode state's per-row results
+
 
 class JaxSampler:
     """The Sampler protocol on an in-process Flax Llama.
@@ -169,6 +172,9 @@ class JaxSampler:
     (prompts x n) decoded together. ``stop_ids`` (default ``tokenizer.stop_ids``) end a completion.
     ``mesh``: place parameters (replicated) and batch rows on a device mesh. ``seed`` seeds requests
     whose SamplingParams have no seed. The sampler keeps a reference to ``params``: do not donate them.
+    Decoding runs in chunks of ``decode_chunk`` tokens; with ``shrink`` the finished rows are dropped
+    between chunks once the rest fit a row bucket half the size (the same samples: each row keeps its
+    own keys), so a batch no longer decodes every row until its longest completion ends.
     """
 
     def __init__(
@@ -179,7 +185,8 @@ class JaxSampler:
         *,
         max_total_len: int | None = None,
         max_batch: int = 64,
-        decode_chunk: int = 32,
+        decode_chunk: int = 8,
+        shrink: bool = True,
         min_prompt_bucket: int = 16,
         min_new_bucket: int = 16,
         stop_ids: Sequence[int] | None = None,
@@ -204,6 +211,7 @@ class JaxSampler:
         self._min_rows = 1 if mesh is None else mesh.devices.size
         self.max_batch = max(round_size(max_batch), self._min_rows)
         self.decode_chunk = decode_chunk
+        self.shrink = shrink
         self.min_prompt_bucket = min_prompt_bucket
         self.min_new_bucket = min_new_bucket
         self.stop_ids = tuple(sorted({int(t) for t in (tokenizer.stop_ids if stop_ids is None else stop_ids)}))
@@ -214,6 +222,7 @@ class JaxSampler:
         self._version = 0
         self._prefill = jax.jit(functools.partial(_prefill, config=config), static_argnums=(7,))
         self._decode = {}
+        self.decoded_row_steps = 0  # rows x decode steps run so far (what shrinking saves)
         self.update_weights(params, weight_version)
 
     # ---------------------------------------------------------------- protocol
@@ -373,41 +382,73 @@ class JaxSampler:
         decode = self._decode_fn(use_top_p)
         stops = [per_prompt[i].stop for i, _ in rows]
         check_strings = any(stops)
+        chunked = check_strings or self.shrink
         cut: dict[int, tuple[int, str]] = {}  # row -> (tokens kept, text) for stop-string hits
+        # Outputs by original row; ``where[k]`` is the original row of state row k (-1: filler).
+        out = {name: np.zeros(state[name].shape, state[name].dtype) for name in _OUTPUTS}
+        where = np.arange(n_rows)
+        where[len(rows):] = -1
         step = 0
         while True:
-            until = min(step + self.decode_chunk, new_len) if check_strings else new_len
+            until = min(step + self.decode_chunk, new_len) if chunked else new_len
             state = decode(params, state, jnp.asarray(until, jnp.int32))
+            self.decoded_row_steps += len(where) * (until - step)  # an upper bound: the loop may exit early
             step = until
             done = np.array(state["done"])
             if check_strings:
                 tokens, length = np.asarray(state["tokens"]), np.asarray(state["length"])
-                for r, stop in enumerate(stops):
-                    if stop and r not in cut:
-                        hit = self._find_stop(tokens[r, :length[r]], stop)
+                for k, r in enumerate(where):
+                    if r >= 0 and stops[r] and r not in cut:
+                        hit = self._find_stop(tokens[k, :length[k]], stops[r])
                         if hit is not None:
                             cut[r] = hit
-                            done[r] = True
+                            done[k] = True
                 state["done"] = self._place(done)
             if done.all() or step >= new_len:
                 break
+            if self.shrink and new_len - step > self.decode_chunk:
+                state, where = self._drop_finished(state, where, done, out)
+        self._collect(state, where, out)
 
-        tokens, logprobs = np.asarray(state["tokens"]), np.asarray(state["logprobs"])
-        length, stopped = np.asarray(state["length"]), np.asarray(state["stopped"])
-        out = []
+        tokens, logprobs, length, stopped = (out[name] for name in _OUTPUTS)
+        results = []
         for r in range(len(rows)):
             if r in cut:
                 n, text = cut[r]
-                out.append(Completion(tuple(tokens[r, :n].tolist()), text, tuple(logprobs[r, :n].tolist()),
-                                      "stop", self._version))
+                results.append(Completion(tuple(tokens[r, :n].tolist()), text, tuple(logprobs[r, :n].tolist()),
+                                          "stop", self._version))
                 continue
             n = int(length[r])
             ids_r = tokens[r, :n].tolist()
             text_ids = ids_r[:-1] if stopped[r] else ids_r
-            out.append(Completion(tuple(ids_r), self.tokenizer.decode(text_ids),
-                                  tuple(logprobs[r, :n].tolist()), "stop" if stopped[r] else "length",
-                                  self._version))
-        return out
+            results.append(Completion(tuple(ids_r), self.tokenizer.decode(text_ids),
+                                      tuple(logprobs[r, :n].tolist()), "stop" if stopped[r] else "length",
+                                      self._version))
+        return results
+
+    def _collect(self, state: dict, where: np.ndarray, out: dict) -> None:
+        """Copy the outputs of the state's rows to their original rows in ``out``."""
+        real = where >= 0
+        for name in _OUTPUTS:
+            out[name][where[real]] = np.asarray(state[name])[real]
+
+    def _drop_finished(self, state: dict, where: np.ndarray, done: np.ndarray, out: dict):
+        """Continue with only the unfinished rows once they fit a row bucket half the size or less:
+        a batch otherwise decodes every row until its longest completion ends. Rows keep their own
+        sampling keys, so the samples do not depend on which rows share the batch."""
+        active = np.flatnonzero(~done & (where >= 0))
+        size = round_size(len(active), multiple=self._min_rows)
+        if size > len(where) // 2:
+            return state, where
+        self._collect(state, where, out)
+        keep = np.concatenate([active, np.full(size - len(active), np.flatnonzero(done)[0])])  # fillers: done
+        index = jnp.asarray(keep.astype(np.int32))
+        cache = state["cache"]
+        smaller = {key: value if key == "step" else jnp.take(value, index, axis=0)
+                   for key, value in state.items() if key != "cache"}
+        smaller["cache"] = {**cache, "k": jnp.take(cache["k"], index, axis=1),
+                            "v": jnp.take(cache["v"], index, axis=1), "mask": jnp.take(cache["mask"], index, axis=0)}
+        return smaller, np.concatenate([where[active], np.full(size - len(active), -1)])
 
     def _find_stop(self, ids: np.ndarray, stop: tuple[str, ...]) -> tuple[int, str] | None:
         """``(tokens kept, text before the stop string)`` for the earliest stop string, or None."""
