@@ -392,7 +392,7 @@ class JaxSampler:
         while True:
             until = min(step + self.decode_chunk, new_len) if chunked else new_len
             state = decode(params, state, jnp.asarray(until, jnp.int32))
-            self.decoded_row_steps += len(where) * (until - step)  # an upper bound: the loop may exit early
+            self.decoded_row_steps += len(where) * (int(state["step"]) - step)  # the loop may exit early
             step = until
             done = np.array(state["done"])
             if check_strings:
