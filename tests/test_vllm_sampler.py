@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdebate.errors import SamplerError
+from jaxdebate.errors import ConfigError, SamplerError
 from jaxdebate.sampling.base import Sampler, SamplingParams
 from jaxdebate.sampling.vllm_config import VLLMConfig
 from real_server import REAL_SERVER
@@ -273,6 +273,49 @@ def test_tied_embedding_only_update_reaches_the_output_layer(sampler, model, pro
     assert_matches_reference(greedy(sampler, prompts[:-1]), tokens, lps, version=7)
 
 
+def test_sync_loads_directly_and_vllms_generic_reload_agrees(sampler, model, prompts, ref):
+    """Issue 12 item 3: on the CPU backend the worker loads the sync file itself (no vLLM reload);
+    vLLM's generic reload of the same file (the GPU path: matrices as transposed views) serves the
+    same tokens and log-probs."""
+    params, _ = model
+    noisy = perturb(params, "mlp", scale=1.0, seed=9)
+    sampler.update_weights(noisy, 20)
+    assert sampler.last_sync.total_s < 5.0
+    tokens, lps = ref.greedy(noisy, prompts)
+    assert_matches_reference(greedy(sampler, prompts), tokens, lps, version=20)
+    (path,) = sampler._synced.paths
+    # below the HF export, not in it: vLLM's start-up loads every *.safetensors of the model dir
+    assert path.parent.parent == sampler._sync_dir == sampler.model_dir and path.parent != sampler.model_dir
+    server = sampler.server
+    assert server.collective_rpc("load_weights_files", {"paths": [str(path)]})[0]["mode"] == "direct"
+    sampler.update_weights(params, 21)  # the file now holds `params`; reload it the generic way
+    generic = server.collective_rpc("load_weights_files", {"paths": [str(path)], "direct": False})[0]
+    server.request("/reset_prefix_cache")
+    assert generic["mode"] == "vllm" and generic["refreshed"] == ["lm_head"]
+    tokens, lps = ref.greedy(params, prompts)
+    assert_matches_reference(greedy(sampler, prompts), tokens, lps, version=21)
+
+
+def test_update_from_an_hf_directory(sampler, model, prompts, ref, tmp_path_factory):
+    """An HF export (``[out, in]`` matrices, no layout metadata, no tokenizer) loads like a sync file;
+    a restart would start from the sampler's own export and load it on top (so it must outlive this
+    test: a module-scoped directory)."""
+    from jaxdebate.model import export_hf
+
+    params, config = model
+    tmp_path = tmp_path_factory.mktemp("hf-update")
+    noisy = perturb(params, "self_attn", scale=1.0, seed=10)
+    export_hf(noisy, config, tmp_path / "hf", dtype="float32")
+    sampler.update_weights(tmp_path / "hf", 22)
+    assert sampler.model_dir == sampler._sync_dir and sampler._synced.paths == (tmp_path / "hf" / "model.safetensors",)
+    tokens, lps = ref.greedy(noisy, prompts)
+    assert_matches_reference(greedy(sampler, prompts), tokens, lps, version=22)
+    with pytest.raises(ConfigError, match="not an HF model directory"):
+        sampler.update_weights(tmp_path, 23)
+    sampler.update_weights(params, 23)
+    assert sampler._synced.paths[0].parent.parent == sampler.model_dir
+
+
 def test_identical_long_prompt_across_a_sync_is_recomputed(sampler, model, prompts, ref):
     """The same >2-block prompt before and after a sync: a stale prefix cache would reuse old KV."""
     params, _ = model
@@ -404,6 +447,7 @@ def test_the_server_answers_only_its_owner(sampler, model, prompts, ref, tmp_pat
     rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(tmp_path / "intruder")}}
     for key in (None, "wrong", ""):
         assert raw("POST", "/collective_rpc", rpc, key) == 401
+        assert raw("PUT", "/jaxdebate/weights?name=w.safetensors", {"x": 1}, key) == 401
         assert raw("POST", "/reset_prefix_cache", None, key) == 401
         assert raw("GET", "/v1/models", None, key) == 401
         assert raw("POST", "/v1/completions", {"model": "x", "prompt": [1, 2], "max_tokens": 1}, key) == 401
@@ -452,7 +496,7 @@ def test_killed_server_is_restarted_and_the_loop_keeps_its_steps(sampler, model,
 
 
 def test_close_stops_every_server_process(sampler):
-    pgid, sync_dir = sampler.server.pid, sampler.model_dir
+    pgid, sync_dir = sampler.server.pid, sampler._sync_dir
     sampler.close()
     with pytest.raises(ProcessLookupError):
         os.killpg(pgid, 0)

@@ -208,7 +208,8 @@ def read_hf_config(directory: Path) -> dict[str, Any]:
     return data
 
 
-def _safetensors_files(directory: Path) -> list[Path]:
+def weight_files(directory: Path) -> list[Path]:
+    """The ``*.safetensors`` files of an HF directory (all shards of its index, or every file)."""
     index = directory / "model.safetensors.index.json"
     if index.is_file():
         try:
@@ -238,7 +239,7 @@ def load_hf_dir(directory: str | Path, **overrides: Any) -> tuple[Params, LlamaC
     handles: dict[str, Any] = {}
     location: dict[str, Path] = {}
     try:
-        for path in _safetensors_files(directory):
+        for path in weight_files(directory):
             try:
                 handle = safe_open(str(path), framework="numpy")
             except Exception as e:  # noqa: BLE001 - safetensors raises several types for bad files

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import typing
+import urllib.parse
 from pathlib import Path
 from typing import Literal
 
@@ -18,6 +20,10 @@ from jaxdebate.errors import ConfigError
 #: the Sampler convention; ``raw_logprobs`` is ``log_softmax(logits)`` (temperature ignored).
 LogprobsMode = Literal["processed_logprobs", "raw_logprobs"]
 Dtype = Literal["auto", "bfloat16", "float32", "float16"]
+#: How weight syncs reach the server: ``path`` (the server reads files the trainer writes under
+#: ``sync_dir``), ``push`` (the trainer uploads them over HTTP), ``auto`` (push when ``url`` names
+#: another host and no ``sync_dir`` is given, else path).
+SyncMode = Literal["auto", "path", "push"]
 
 _SECTION = "sampler.vllm"
 
@@ -28,17 +34,24 @@ class VLLMConfig:
 
     ``url`` empty: jaxdebate starts its own server with ``python`` (the interpreter of the server's
     virtualenv, made by ``scripts/install_vllm.sh``; a relative path is taken from the current
-    directory, then from the repository root). ``url`` set: connect to that running server instead
-    (it must run with ``VLLM_SERVER_DEV_MODE=1`` and see ``sync_dir`` for weight updates, and it is
-    not restarted on failure; ``VLLM_API_KEY`` in the environment, if set, is sent as its bearer key).
-    A server jaxdebate starts answers only requests with a random per-start key (all endpoints but
-    ``/health``; see :mod:`jaxdebate.sampling.vllm_guard`); its sync and socket dirs are 0700.
+    directory, then from the repository root). ``url`` set: connect to that running server instead,
+    started with ``python -m jaxdebate.sampling.vllm_serve`` (it is not restarted on failure;
+    ``VLLM_API_KEY`` in the environment is sent as its bearer key). A server jaxdebate starts answers
+    only requests with its key (all endpoints but ``/health``; see
+    :mod:`jaxdebate.sampling.vllm_guard`); its sync and socket dirs are 0700.
+
+    Weight syncs (``sync``): ``path`` writes them under ``sync_dir`` and the server reads that path;
+    ``push`` uploads them to the server (``PUT /jaxdebate/weights``), which stores them where its
+    workers read them; ``auto`` pushes when ``url`` names another host and ``sync_dir`` is empty.
+    The cluster setup with a server on another host: either ``sync_dir`` on a filesystem both hosts
+    mount at the same absolute path (path syncs), or no ``sync_dir`` (push syncs).
 
     ``dtype`` is both the served precision and the export precision of weight syncs; ``auto`` picks
     bfloat16 on a GPU or a CPU with AVX-512 bf16/AMX, else float32
     (:func:`jaxdebate.sampling.hardware.vllm_dtype`). ``kv_cache_gib`` sets
     ``VLLM_CPU_KVCACHE_SPACE`` (CPU) or is ignored on GPU. ``max_model_len``/``max_num_seqs`` 0 keep
-    vLLM's defaults. ``sync_dir`` empty: ``/dev/shm`` when present, else the run's workdir.
+    vLLM's defaults. ``sync_dir`` empty: ``/dev/shm`` when present, else the run's workdir; set, an
+    absolute path (``~`` allowed).
     ``max_restarts`` bounds restarts of a dead server within one call; ``max_concurrency`` bounds
     concurrent HTTP requests. ``extra_args`` go to vLLM verbatim.
     """
@@ -55,6 +68,7 @@ class VLLMConfig:
     request_timeout_s: float = 600.0
     logprobs_mode: LogprobsMode = "processed_logprobs"
     sync_dir: str = ""
+    sync: SyncMode = "auto"
     max_restarts: int = 2
     max_concurrency: int = 64
     seed: int = 0
@@ -77,6 +91,10 @@ class VLLMConfig:
                 self._fail(name, "must be >= 0")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             self._fail("gpu_memory_utilization", "must be in (0, 1]")
+        if self.sync_dir and not Path(os.path.expanduser(self.sync_dir)).is_absolute():
+            self._fail("sync_dir", "must be an absolute path (the server resolves it, from its own cwd)")
+        if self.sync == "push" and not self.url:
+            self._fail("sync", "'push' needs sampler.vllm.url: a server jaxdebate starts reads the sync dir")
         reserved = {"--model", "--port", "--host", "--dtype", "--logprobs-mode", "--worker-extension-cls"}
         clash = sorted(a.split("=")[0] for a in self.extra_args if a.split("=")[0] in reserved)
         if clash:
@@ -108,6 +126,12 @@ class VLLMConfig:
         """True when this config can reach a server: a URL, or an existing server interpreter."""
         return bool(self.url) or self.python_path().is_file()
 
+    def sync_mode(self) -> Literal["path", "push"]:
+        """``sync`` with ``auto`` decided: push to a server on another host unless ``sync_dir`` is set."""
+        if self.sync != "auto":
+            return self.sync
+        return "push" if self.url and not self.sync_dir and not is_local_url(self.url) else "path"
+
     def sync_root(self, workdir: str | Path) -> Path:
         """Where weight syncs are written: ``sync_dir``, else ``/dev/shm``, else ``workdir``."""
         if self.sync_dir:
@@ -116,6 +140,15 @@ class VLLMConfig:
         if shm.is_dir() and os.access(shm, os.W_OK):
             return shm
         return Path(workdir)
+
+
+def is_local_url(url: str) -> bool:
+    """True when ``url`` names this machine: a loopback address, ``localhost`` or this host's name."""
+    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    if host in ("localhost", "::1") or host.startswith("127."):
+        return True
+    names = {socket.gethostname().lower(), socket.getfqdn().lower()}
+    return host in names
 
 
 def repo_root() -> Path:

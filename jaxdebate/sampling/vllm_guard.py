@@ -6,12 +6,16 @@ vLLM's own ``--api-key`` guards only ``/v1`` and a few other prefixes, not the d
 ``/collective_rpc`` (which can make the workers reload weights from any path), so the server needs
 this to be private to the user who started it. Like the worker extension, this file runs in the
 server's virtualenv as a top-level module copied to its ``PYTHONPATH``: standard library only.
+
+The guard wraps the weight-upload route (:mod:`jaxdebate.sampling.vllm_upload`, copied beside it as
+``jaxdebate_vllm_upload``), so uploads need the key like every other request.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import importlib
 import json
 import os
 
@@ -19,6 +23,7 @@ MODULE_NAME = "jaxdebate_vllm_guard"
 CLASS_NAME = "BearerKeyGuard"
 KEY_ENV = "JAXDEBATE_VLLM_KEY"
 OPEN_PATHS = ("/health",)
+UPLOAD_MODULE = "jaxdebate_vllm_upload"  # jaxdebate.sampling.vllm_upload.MODULE_NAME
 
 
 class BearerKeyGuard:
@@ -28,7 +33,8 @@ class BearerKeyGuard:
         key = os.environ.get(KEY_ENV, "")
         if not key:
             raise RuntimeError(f"{KEY_ENV} is not set: refusing to serve without a key")
-        self.app = app
+        upload = importlib.import_module(UPLOAD_MODULE)  # the copy beside this file on the server's path
+        self.app = upload.UploadRoute(app)
         self._digest = hashlib.sha256(key.encode()).digest()
 
     def _authorised(self, scope) -> bool:

@@ -1,12 +1,14 @@
 """The Sampler backed by a vLLM server, with live weight sync from the JAX learner (DESIGN §6).
 
 ``generate`` sends every prompt of a call as its own concurrent ``/v1/completions`` request (token-id
-prompts, ``n`` samples each). ``update_weights`` exports the parameter tree as HF safetensors (to
-``/dev/shm`` when present) and reloads them in place: ``/pause?mode=wait`` (in-flight sequences finish
-on the old weights) -> ``reload_weights`` -> refresh the tied LM head's packed copy -> reset the prefix
-cache -> ``/resume``. Completions are tagged with the version they were sampled with; calls and syncs
-exclude each other, so no completion mixes weights. A dead or silent server is restarted from the last
-exported weights and the lost requests are sent again (``sampler.vllm.max_restarts`` per call).
+prompts, ``n`` samples each). ``update_weights`` casts the parameter tree into one sync file
+(:mod:`jaxdebate.sampling.weight_sync`; under ``/dev/shm`` when present, or uploaded to a server on
+another host, :mod:`jaxdebate.sampling.vllm_sync`) and the server loads it in place:
+``/pause?mode=wait`` (in-flight sequences finish on the old weights) -> ``load_weights_files`` (the
+worker extension; it also refreshes the tied LM head's packed copy) -> reset the prefix cache ->
+``/resume``. Completions are tagged with the version they were sampled with; calls and syncs exclude
+each other, so no completion mixes weights. A dead or silent server is restarted from its HF directory
+plus the last sync file, and the lost requests are sent again (``sampler.vllm.max_restarts`` per call).
 
 Log-probs follow the convention of :mod:`jaxdebate.sampling.base` with ``logprobs_mode =
 processed_logprobs`` (the default) whenever ``top_p == 1``; with ``top_p < 1`` vLLM reports the
@@ -22,78 +24,39 @@ import dataclasses
 import hashlib
 import logging
 import math
-import os
 import shutil
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from jaxdebate.errors import ConfigError, SamplerError
-from jaxdebate.processes import pid_alive, wait_until
+from jaxdebate.model.hf_format import weight_files
+from jaxdebate.processes import wait_until
 from jaxdebate.sampling.base import Completion, SamplingParams, per_prompt_params
+from jaxdebate.sampling.rwlock import ReadWriteLock
 from jaxdebate.sampling.vllm_config import VLLMConfig
 from jaxdebate.sampling.vllm_server import SERVED_MODEL_NAME, ServerUnavailable, VLLMServer
+from jaxdebate.sampling.vllm_sync import PathDelivery, PushDelivery, SyncFiles, WeightDelivery
+from jaxdebate.sampling.vllm_sync import new_sync_dir as _new_sync_dir
 
 log = logging.getLogger(__name__)
 
-_TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-    "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
-)
-
-
 @dataclasses.dataclass(frozen=True)
 class SyncStats:
-    """Latency of one weight sync: exporting the tree, and the server's in-place reload."""
+    """Latency of one weight sync: exporting the tree (the sync file), uploading it (push syncs only)
+    and the server's in-place load (pause, load, prefix-cache reset, resume)."""
 
     version: int
     export_s: float
     reload_s: float
     restarted: bool = False
+    upload_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        return self.export_s + self.reload_s
-
-
-class _ReadWriteLock:
-    """Many concurrent ``generate`` calls, or one weight sync, never both."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-
-    @contextlib.contextmanager
-    def read(self) -> Iterator[None]:
-        with self._cond:
-            while self._writer:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def write(self) -> Iterator[None]:
-        with self._cond:
-            while self._writer:
-                self._cond.wait()
-            self._writer = True
-            while self._readers:
-                self._cond.wait()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
+        return self.export_s + self.upload_s + self.reload_s
 
 
 class VLLMSampler:
@@ -103,20 +66,22 @@ class VLLMSampler:
         self,
         server: VLLMServer,
         *,
-        model_dir: str | Path,
-        sync_dir: str | Path,
+        model_dir: str | Path | None,
+        sync_dir: str | Path | None,
         model_config: Any = None,
         stop_token_ids: Sequence[int] = (),
         weight_version: int = 0,
     ) -> None:
         self.server = server
         self.config: VLLMConfig = server.config
-        self._model_dir = Path(model_dir)
-        self._sync_dir = Path(sync_dir)
+        self._model_dir = Path(model_dir) if model_dir is not None else None
+        self._sync_dir = Path(sync_dir) if sync_dir is not None else None
+        self._delivery: WeightDelivery = PushDelivery() if sync_dir is None else PathDelivery(self._sync_dir)
+        self._synced: SyncFiles | None = None  # the last sync's files, loaded on top of model_dir
         self._model_config = model_config
         self._stop_ids = [int(t) for t in stop_token_ids]
         self._version = int(weight_version)
-        self._lock = _ReadWriteLock()
+        self._lock = ReadWriteLock()
         self._restart_lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.config.max_concurrency, thread_name_prefix="vllm-request"
@@ -142,19 +107,24 @@ class VLLMSampler:
         stop_token_ids: Sequence[int] | None = None,
         weight_version: int = 0,
     ) -> VLLMSampler:
-        """Export ``params`` (HF safetensors in ``config.dtype``) and serve them from a new server
-        (or push them to the server at ``config.url``). ``tokenizer`` is a jaxdebate Tokenizer; its
+        """Serve ``params`` (in ``config.dtype``) from a new server started on their HF export, or
+        load them into the server at ``config.url``. ``tokenizer`` is a jaxdebate Tokenizer; its
         ``stop_ids`` end completions unless ``stop_token_ids`` is given."""
         from jaxdebate.model import export_hf
 
         config, _ = (config or VLLMConfig()).resolved()  # dtype "auto": the machine's choice
         if tokenizer is None:
             raise ConfigError("VLLMSampler.from_params needs the model's tokenizer (the server tokenises stop strings)")
+        stops = tokenizer.stop_ids if stop_token_ids is None else stop_token_ids
+        if config.url:  # a running server: nothing to start from, the first sync loads the weights
+            sampler = cls._connect(config, workdir, None, model_config, stops, weight_version)
+            with _closed_on_error(sampler):
+                sampler.update_weights(params, weight_version)
+            return sampler
         sync_dir = _new_sync_dir(config, workdir)
         t0 = time.perf_counter()
         export_hf(params, model_config, sync_dir, tokenizer=tokenizer, dtype=config.dtype)
         export_s = time.perf_counter() - t0
-        stops = tokenizer.stop_ids if stop_token_ids is None else stop_token_ids
         server = VLLMServer(config, workdir, sync_dir)
         try:
             server.start()
@@ -164,8 +134,6 @@ class VLLMSampler:
             server.stop()
             shutil.rmtree(sync_dir, ignore_errors=True)
             raise
-        if server.external:  # the external server serves something else: push our weights
-            sampler._reload(sync_dir)
         sampler.syncs.append(SyncStats(weight_version, export_s, 0.0))
         return sampler
 
@@ -180,22 +148,41 @@ class VLLMSampler:
         stop_token_ids: Sequence[int] = (),
         weight_version: int = 0,
     ) -> VLLMSampler:
-        """Serve an existing HF directory (with tokenizer files). ``model_config`` (a jaxdebate
-        LlamaConfig) is needed only to push parameter trees later with :meth:`update_weights`."""
+        """Serve an existing HF directory (with tokenizer files), or load its weights into the server
+        at ``config.url``. ``model_config`` (a jaxdebate LlamaConfig) is needed only to push parameter
+        trees later with :meth:`update_weights`."""
         config, _ = (config or VLLMConfig()).resolved()  # dtype "auto": the machine's choice
+        if config.url:
+            sampler = cls._connect(config, workdir, model_dir, model_config, stop_token_ids, weight_version)
+            with _closed_on_error(sampler):
+                sampler.update_weights(model_dir, weight_version)
+            return sampler
         server = VLLMServer(config, workdir, model_dir)
         sync_dir = _new_sync_dir(config, workdir)
         try:
             server.start()
-            sampler = cls(server, model_dir=model_dir, sync_dir=sync_dir, model_config=model_config,
-                          stop_token_ids=stop_token_ids, weight_version=weight_version)
+            return cls(server, model_dir=model_dir, sync_dir=sync_dir, model_config=model_config,
+                       stop_token_ids=stop_token_ids, weight_version=weight_version)
         except BaseException:
             server.stop()
             shutil.rmtree(sync_dir, ignore_errors=True)
             raise
-        if server.external:
-            sampler._reload(Path(model_dir))
-        return sampler
+
+    @classmethod
+    def _connect(cls, config: VLLMConfig, workdir: str | Path, model_dir: str | Path | None, model_config: Any,
+                 stop_token_ids: Sequence[int], weight_version: int) -> VLLMSampler:
+        """A sampler on the running server at ``config.url``; syncs by ``config.sync_mode()``."""
+        push = config.sync_mode() == "push"
+        sync_dir = None if push else _new_sync_dir(config, workdir)
+        server = VLLMServer(config, workdir)
+        try:
+            server.start()
+            return cls(server, model_dir=model_dir, sync_dir=sync_dir, model_config=model_config,
+                       stop_token_ids=stop_token_ids, weight_version=weight_version)
+        except BaseException:
+            if sync_dir is not None:
+                shutil.rmtree(sync_dir, ignore_errors=True)
+            raise
 
     # ------------------------------------------------------------------------------------ protocol
 
@@ -204,8 +191,10 @@ class VLLMSampler:
         return self._version
 
     @property
-    def model_dir(self) -> Path:
-        """The HF directory holding the weights now served (what a restart would load)."""
+    def model_dir(self) -> Path | None:
+        """The HF directory (with tokenizer) the server starts from; a restart then loads the last
+        sync's files on top (a directory given to ``update_weights`` must outlive the sampler).
+        None for a running server at ``url`` that was given a parameter tree."""
         return self._model_dir
 
     @property
@@ -218,7 +207,7 @@ class VLLMSampler:
         sync = self.last_sync
         if sync is not None:
             out.update({"sync/version": float(sync.version), "sync/export_s": sync.export_s,
-                        "sync/reload_s": sync.reload_s})
+                        "sync/upload_s": sync.upload_s, "sync/reload_s": sync.reload_s})
         return out
 
     def generate(
@@ -271,21 +260,23 @@ class VLLMSampler:
         """Serve ``params`` (a parameter tree, or an HF directory) from now on, as ``version``.
 
         Waits for running calls to finish; the server pauses (in-flight sequences drain on the old
-        weights), reloads in place, refreshes the tied head and clears the prefix cache."""
+        weights), loads the new ones in place, refreshes the tied head and clears the prefix cache."""
         self._check_open()
         with self._lock.write():
             t0 = time.perf_counter()
             if isinstance(params, (str, Path)):
-                source = Path(params)
-                if not (source / "config.json").is_file():
-                    raise ConfigError(f"update_weights: {source} is not an HF model directory")
+                directory = Path(params)
+                if not (directory / "config.json").is_file():
+                    raise ConfigError(f"update_weights: {directory} is not an HF model directory")
+                files = SyncFiles(paths=tuple(weight_files(directory)))
             else:
-                source = self._export(params)
+                files = self._export(params)
             t1 = time.perf_counter()
-            restarted = False
+            self._synced = files  # what a restart loads on top of model_dir (a path sync file is overwritten)
+            upload_s, restarted = 0.0, False
             for attempt in range(self.config.max_restarts + 1):
                 try:
-                    self._reload(source)
+                    upload_s = self._load(files)
                     break
                 except ServerUnavailable as e:
                     if attempt == self.config.max_restarts:
@@ -293,17 +284,16 @@ class VLLMSampler:
                             f"weight sync to version {version} failed after {attempt} restart(s): {e}\n"
                             f"last lines of {self.server.log_path}:\n{self.server.log_tail()}"
                         ) from e
-                    if not self.server.external:  # a fresh server loads the new weights at start-up
-                        self._restart(source, reason=str(e))
+                    if not self.server.external:  # a fresh server starts from model_dir, then loads
+                        self._restart(reason=str(e))
                         restarted = True
                         break
                     self._wait_external(e)
-            self._model_dir = source
             self._version = int(version)
-            stats = SyncStats(int(version), t1 - t0, time.perf_counter() - t1, restarted)
+            stats = SyncStats(int(version), t1 - t0, time.perf_counter() - t1 - upload_s, restarted, upload_s)
             self.syncs.append(stats)
-            log.info("vLLM weight sync to version %d: export %.3f s, reload %.3f s%s", version,
-                     stats.export_s, stats.reload_s, " (server restarted)" if restarted else "")
+            log.info("vLLM weight sync to version %d: export %.3f s, upload %.3f s, reload %.3f s%s", version,
+                     stats.export_s, stats.upload_s, stats.reload_s, " (server restarted)" if restarted else "")
 
     def close(self) -> None:
         """Stop the server (if started here) and delete the exported weights."""
@@ -313,7 +303,9 @@ class VLLMSampler:
         atexit.unregister(self.close)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.server.stop()
-        shutil.rmtree(self._sync_dir, ignore_errors=True)
+        self._delivery.close()
+        if self._sync_dir is not None:
+            shutil.rmtree(self._sync_dir, ignore_errors=True)
 
     def __enter__(self) -> VLLMSampler:
         return self
@@ -388,32 +380,29 @@ class VLLMSampler:
 
     # ---------------------------------------------------------------------------------- weight sync
 
-    def _export(self, params: Any) -> Path:
+    def _export(self, params: Any) -> SyncFiles:
         if self._model_config is None:
             raise ConfigError("update_weights got a parameter tree but the sampler has no model_config "
                               "(pass model_config= to VLLMSampler.from_dir)")
-        from jaxdebate.model import export_hf
+        return self._delivery.export(params, self._model_config, self.config.dtype)
 
-        self._sync_dir.mkdir(parents=True, exist_ok=True)
-        if self._model_dir != self._sync_dir:  # first export: a restart needs the tokenizer too
-            for name in _TOKENIZER_FILES:
-                if (self._model_dir / name).is_file():
-                    shutil.copyfile(self._model_dir / name, self._sync_dir / name)
-        export_hf(params, self._model_config, self._sync_dir, dtype=self.config.dtype)
-        return self._sync_dir
-
-    def _reload(self, source: Path) -> None:
-        """Pause (drain), reload in place, refresh the LM head, reset the prefix cache, resume."""
+    def _load(self, files: SyncFiles) -> float:
+        """Deliver ``files`` (returns the time: an upload for push syncs, ~0 for paths), then pause (drain), load them in place (the
+        worker extension also refreshes the LM head), reset the prefix cache and resume."""
         server = self.server
+        t0 = time.perf_counter()
+        paths = self._delivery.deliver(server, files)
+        upload_s = time.perf_counter() - t0
         server.request("/pause", query={"mode": "wait"})
         try:
-            server.collective_rpc("reload_weights", {"weights_path": str(source)})
-            server.collective_rpc("refresh_lm_head")
+            result = server.collective_rpc("load_weights_files", {"paths": paths})
+            log.debug("vLLM workers loaded %s: %s", paths, result)
             if not wait_until(lambda: (server.request("/reset_prefix_cache") or {}).get("success", True), 1.0, 0.05):
                 raise SamplerError("vLLM refused to reset its prefix cache after a weight sync")
         finally:
             with contextlib.suppress(ServerUnavailable):
                 server.request("/resume")
+        return upload_s
 
     # ------------------------------------------------------------------------------------- recovery
 
@@ -428,12 +417,16 @@ class VLLMSampler:
             if self.server.running() and self.server.healthy(timeout=10.0):
                 log.warning("vLLM requests failed but the server is healthy; retrying: %s", error)
                 return
-            self._restart(self._model_dir, reason=str(error))
+            self._restart(reason=str(error))
 
-    def _restart(self, model_dir: Path, reason: str) -> None:
-        log.warning("restarting the vLLM server from %s (weights version %d): %s", model_dir, self._version, reason)
+    def _restart(self, reason: str) -> None:
+        """Start the server again from ``model_dir``, then load the last synced tree on top."""
+        log.warning("restarting the vLLM server from %s%s (weights version %d): %s", self._model_dir,
+                    " + the last sync file" if self._synced else "", self._version, reason)
         self.restarts += 1
-        self.server.restart(model_dir)
+        self.server.restart(self._model_dir)
+        if self._synced is not None:
+            self._load(self._synced)
         self._refresh_model_info()
 
     def _wait_external(self, error: Exception) -> None:
@@ -461,16 +454,11 @@ def request_seed(seed: int, index: int) -> int:
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
-def _new_sync_dir(config: VLLMConfig, workdir: str | Path) -> Path:
-    """A fresh ``<sync root>/jaxdebate-vllm-<pid>-<id>``; first removes the ones left by processes
-    that died without cleaning up (a killed trainer must not leak exported weights in /dev/shm)."""
-    root = config.sync_root(workdir)
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob("jaxdebate-vllm-*-*"):
-        pid = stale.name.split("-")[2]
-        if pid.isdigit() and not pid_alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
-    path = root / f"jaxdebate-vllm-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    path.mkdir(mode=0o700, exist_ok=False)  # the weights the server reloads: private to this user
-    path.chmod(0o700)  # whatever the umask
-    return path
+@contextlib.contextmanager
+def _closed_on_error(sampler: VLLMSampler) -> Iterator[None]:
+    """Close ``sampler`` (its sync dir with it) when the block raises."""
+    try:
+        yield
+    except BaseException:
+        sampler.close()
+        raise

