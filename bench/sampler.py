@@ -3,16 +3,19 @@
 Workload (issue 6): SmolLM2-135M-Instruct, 16 GSM8K questions as chat prompts, n=4 samples each,
 256 new tokens, temperature 1 (top-p 1). Output tokens/s counts the tokens each backend returned
 (up to EOS) over the wall time of one warm call. Also measured: vLLM start-up, the latency of
-``update_weights`` (bf16 export to /dev/shm + in-place reload), and how closely the bf16 server's greedy
-continuations follow our float32 JAX model's.
+``update_weights`` (the bf16 sync file written to /dev/shm, or pushed over HTTP, + in-place load; the
+median of ``--syncs``), and how closely the bf16 server's greedy continuations follow our float32 JAX
+model's.
 
     .venv/bin/python bench/sampler.py                   # everything (~10 min on 2 cores)
     .venv/bin/python bench/sampler.py --skip hf,jax     # vLLM only
+    .venv/bin/python bench/sampler.py --sync-only       # weight-sync latency only (path, then push)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import tempfile
@@ -51,8 +54,50 @@ def timed(fn):
 
 
 def perturbed(params, k: int):
-    """A slightly different tree per sync, so every sync moves real bytes."""
-    return jax.tree.map(lambda x: x * (1.0 + 1e-3 * k), params)
+    """A slightly different tree per sync, so every sync moves real bytes (computed before timing)."""
+    return jax.block_until_ready(jax.tree.map(lambda x: x * (1.0 + 1e-3 * k), params))
+
+
+def sync_latency(sampler, params, count: int) -> dict:
+    """``count`` syncs of perturbed trees: per-phase lists and the median total."""
+    syncs = []
+    for k in range(1, count + 1):
+        sampler.update_weights(perturbed(params, k), k)
+        syncs.append(sampler.last_sync)
+    totals = [s.total_s for s in syncs]
+    return {"sync_export_s": [s.export_s for s in syncs], "sync_upload_s": [s.upload_s for s in syncs],
+            "sync_reload_s": [s.reload_s for s in syncs], "sync_total_s": totals}
+
+
+def print_sync(label: str, row: dict) -> None:
+    med = {k: float(np.median(row[f"sync_{k}_s"])) for k in ("export", "upload", "reload", "total")}
+    print(f"sync latency, {label}, median of {len(row['sync_total_s'])}: export {med['export']:.3f} s + "
+          f"upload {med['upload']:.3f} s + reload {med['reload']:.3f} s = total {med['total']:.3f} s "
+          f"(each: {', '.join(f'{x:.3f}' for x in row['sync_total_s'])})")
+
+
+def bench_push_sync(params, config, tokenizer, args, workdir: Path) -> dict:
+    """Sync latency to a server started on its own (as on another host), weights pushed over HTTP."""
+    import os
+    import secrets
+
+    from jaxdebate.sampling.vllm_sampler import VLLMSampler
+    from jaxdebate.sampling.vllm_server import VLLMServer
+
+    export_hf(params, config, workdir / "served", tokenizer=tokenizer, dtype="bfloat16")
+    key = secrets.token_urlsafe(32)
+    cfg = VLLMConfig(dtype="bfloat16", enforce_eager=not args.compiled, kv_cache_gib=2)
+    with VLLMServer(cfg, workdir / "remote", workdir / "served", api_key=key) as server:
+        os.environ["VLLM_API_KEY"] = key
+        try:
+            remote = dataclasses.replace(cfg, url=server.url, sync="push")
+            sampler = VLLMSampler.from_params(params, config, workdir=workdir, tokenizer=tokenizer, config=remote)
+        finally:
+            os.environ.pop("VLLM_API_KEY", None)
+        try:
+            return sync_latency(sampler, params, args.syncs)
+        finally:
+            sampler.close()
 
 
 def greedy_agreement(a, b) -> dict:
@@ -80,11 +125,10 @@ def bench_vllm(params, config, tokenizer, prompts, sp, args, workdir: Path) -> d
         params, config, workdir=workdir, config=cfg, tokenizer=tokenizer))
     try:
         sampler.generate(prompts[:2], SamplingParams(temperature=1.0, max_tokens=16, seed=1))  # warm-up
+        if args.sync_only:
+            return {"startup_s": start_s, **sync_latency(sampler, params, args.syncs)}
         out, wall = timed(lambda: sampler.generate(prompts, sp))
-        syncs = []
-        for k in range(1, args.syncs + 1):
-            sampler.update_weights(perturbed(params, k), k)
-            syncs.append(sampler.last_sync)
+        syncs = sync_latency(sampler, params, args.syncs)
         sampler.update_weights(params, args.syncs + 1)
         greedy = SamplingParams(temperature=0.0, max_tokens=args.greedy_tokens)
         vllm_greedy = sampler.generate(prompts, greedy)
@@ -92,9 +136,7 @@ def bench_vllm(params, config, tokenizer, prompts, sp, args, workdir: Path) -> d
         sampler.close()
     return {
         "startup_s": start_s, "tokens": count_tokens(out), "wall_s": wall,
-        "tokens_per_s": count_tokens(out) / wall,
-        "sync_export_s": [s.export_s for s in syncs], "sync_reload_s": [s.reload_s for s in syncs],
-        "greedy": vllm_greedy,
+        "tokens_per_s": count_tokens(out) / wall, **syncs, "greedy": vllm_greedy,
     }
 
 
@@ -147,6 +189,8 @@ def main() -> None:
     parser.add_argument("--greedy-tokens", type=int, default=64)
     parser.add_argument("--compiled", action="store_true", help="vLLM without --enforce-eager")
     parser.add_argument("--skip", default="", help="comma-separated: vllm,jax,hf")
+    parser.add_argument("--sync-only", action="store_true",
+                        help="only the weight-sync latency: path syncs to a local server, then push syncs")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     logging.basicConfig(level=logging.WARNING)
@@ -160,6 +204,10 @@ def main() -> None:
     rows = {}
     with tempfile.TemporaryDirectory(prefix="bench-sampler-") as tmp:
         tmp = Path(tmp)
+        if args.sync_only:
+            print_sync("path (/dev/shm)", bench_vllm(params, config, tokenizer, prompts, sp, args, tmp))
+            print_sync("push (HTTP)", bench_push_sync(params, config, tokenizer, args, tmp))
+            return
         if "vllm" not in skip:
             if not VLLMConfig().installed():
                 print("vLLM: skipped (.venv-vllm missing: bash scripts/install_vllm.sh)")
@@ -167,10 +215,7 @@ def main() -> None:
                 rows["vLLM (bf16, " + ("compiled" if args.compiled else "eager") + ")"] = v = bench_vllm(
                     params, config, tokenizer, prompts, sp, args, tmp)
                 print(f"vLLM start-up {v['startup_s']:.1f} s")
-                print(f"sync latency over {args.syncs} syncs (SmolLM2 bf16): export median "
-                      f"{np.median(v['sync_export_s']):.3f} s, reload median {np.median(v['sync_reload_s']):.3f} s, "
-                      f"total median {np.median(np.add(v['sync_export_s'], v['sync_reload_s'])):.3f} s "
-                      f"(max {np.max(np.add(v['sync_export_s'], v['sync_reload_s'])):.3f} s)")
+                print_sync(f"{args.source} bf16, path (/dev/shm)", v)
         if "jax" not in skip:
             rows["JaxSampler (f32)"] = j = bench_jax(params, config, tokenizer, prompts, sp)
             print(f"JaxSampler first call (compiles) {j['first_call_s']:.1f} s")

@@ -130,6 +130,7 @@ class VLLMSampler:
             server.start()
             sampler = cls(server, model_dir=sync_dir, sync_dir=sync_dir, model_config=model_config,
                           stop_token_ids=stops, weight_version=weight_version)
+            sampler._export(params)  # allocates the sync file now, not in the first sync (~0.3 s)
         except BaseException:
             server.stop()
             shutil.rmtree(sync_dir, ignore_errors=True)
