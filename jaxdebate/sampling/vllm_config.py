@@ -147,8 +147,9 @@ def is_local_url(url: str) -> bool:
     host = (urllib.parse.urlsplit(url).hostname or "").lower()
     if host in ("localhost", "::1") or host.startswith("127."):
         return True
-    names = {socket.gethostname().lower(), socket.getfqdn().lower()}
-    return host in names
+    if host == socket.gethostname().lower():
+        return True
+    return host == socket.getfqdn().lower()  # may ask DNS: only when the short name did not match
 
 
 def repo_root() -> Path:
