@@ -79,3 +79,46 @@ def test_kl_is_zero_when_policy_equals_reference_and_positive_after_an_update():
     assert metrics["ratio"] == pytest.approx(1.0)
     state, metrics = learner.update(state, mbs)
     assert metrics["kl"] > 1e-6
+
+
+AVX512_BF16 = frozenset({"avx2", "avx512f", "avx512_bf16"})
+AVX2_ONLY = frozenset({"avx2", "fma"})
+
+
+@pytest.mark.parametrize("choice,policy,platform,flags,expected", [
+    ("auto", "float32", "cpu", AVX512_BF16, "bfloat16"),
+    ("auto", "float32", "cpu", AVX2_ONLY, "float32"),      # bf16 would be emulated
+    ("auto", "float32", "gpu", AVX2_ONLY, "bfloat16"),     # the CPU does not matter
+    ("auto", "bfloat16", "cpu", AVX2_ONLY, "bfloat16"),    # never more precise than the policy
+    ("float32", "float32", "gpu", AVX512_BF16, "float32"),
+    ("bfloat16", "float32", "cpu", AVX2_ONLY, "bfloat16"),
+])
+def test_reference_dtype_follows_the_hardware(choice, policy, platform, flags, expected):
+    from jaxdebate.rl.grpo import reference_dtype
+
+    got, why = reference_dtype(choice, policy, platform, flags)
+    assert got == expected and why
+
+
+def test_a_bf16_reference_pass_stays_close_to_the_fp32_one():
+    """``reference_dtype="bfloat16"``: the reference's log-probs carry bf16 rounding only, so the KL
+    to an identical reference is tiny but no longer exactly 0, and the loss and policy gradient barely
+    move; the policy's own pass stays float32."""
+    params, config = load("tiny:layers=2,hidden=64,heads=4,kv_heads=2,intermediate=128,vocab=256")
+    loss, opt = LossConfig(beta=0.5), OptimizerConfig(peak_lr=1e-2, end_lr=1e-2)
+    exact = Learner(config, loss, opt, 10)
+    cheap = Learner(config, loss, opt, 10, reference_dtype="bfloat16")
+    assert cheap.reference_config.dtype == "bfloat16" and cheap.model_config.dtype == "float32"
+    rng = np.random.default_rng(1)
+    samples = [Sample(rng.integers(0, 256, 12), rng.integers(0, 256, 9), np.full(9, -5.5), a)
+               for a in (1.0, -1.0, 0.5, -0.5)]
+    mbs, _ = make_microbatches(samples, max_len=64, rows_cap=4, max_tokens=4096, aggregation="token")
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    g0, (s0, _) = exact._accumulate(params, params, zeros, mbs[0])
+    g1, (s1, _) = cheap._accumulate(params, params, jax.tree.map(jnp.zeros_like, params), mbs[0])
+    assert float(s0["kl"]) == 0.0 and 0.0 < float(s1["kl"]) / float(s1["tokens"]) < 1e-3
+    assert float(s1["loss"]) == pytest.approx(float(s0["loss"]), abs=1e-3)
+    assert float(s1["entropy"]) == pytest.approx(float(s0["entropy"]), rel=1e-6)  # the policy pass: f32 as before
+    num = sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1)))
+    den = sum(float(jnp.sum(a ** 2)) for a in jax.tree.leaves(g0))
+    assert 0.0 < num / den < 1e-2

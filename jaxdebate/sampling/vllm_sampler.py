@@ -125,16 +125,9 @@ class VLLMSampler:
         t0 = time.perf_counter()
         export_hf(params, model_config, sync_dir, tokenizer=tokenizer, dtype=config.dtype)
         export_s = time.perf_counter() - t0
-        server = VLLMServer(config, workdir, sync_dir)
-        try:
-            server.start()
-            sampler = cls(server, model_dir=sync_dir, sync_dir=sync_dir, model_config=model_config,
-                          stop_token_ids=stops, weight_version=weight_version)
-            sampler._export(params)  # allocates the sync file now, not in the first sync (~0.3 s)
-        except BaseException:
-            server.stop()
-            shutil.rmtree(sync_dir, ignore_errors=True)
-            raise
+        # _export allocates the sync file now, not in the first sync (~0.3 s)
+        sampler = cls._started(VLLMServer(config, workdir, sync_dir), sync_dir, sync_dir, model_config, stops,
+                               weight_version, then=lambda sampler: sampler._export(params))
         sampler.syncs.append(SyncStats(weight_version, export_s, 0.0))
         return sampler
 
@@ -158,16 +151,8 @@ class VLLMSampler:
             with _closed_on_error(sampler):
                 sampler.update_weights(model_dir, weight_version)
             return sampler
-        server = VLLMServer(config, workdir, model_dir)
-        sync_dir = _new_sync_dir(config, workdir)
-        try:
-            server.start()
-            return cls(server, model_dir=model_dir, sync_dir=sync_dir, model_config=model_config,
-                       stop_token_ids=stop_token_ids, weight_version=weight_version)
-        except BaseException:
-            server.stop()
-            shutil.rmtree(sync_dir, ignore_errors=True)
-            raise
+        return cls._started(VLLMServer(config, workdir, model_dir), _new_sync_dir(config, workdir), model_dir,
+                            model_config, stop_token_ids, weight_version)
 
     @classmethod
     def _connect(cls, config: VLLMConfig, workdir: str | Path, model_dir: str | Path | None, model_config: Any,
@@ -175,12 +160,23 @@ class VLLMSampler:
         """A sampler on the running server at ``config.url``; syncs by ``config.sync_mode()``."""
         push = config.sync_mode() == "push"
         sync_dir = None if push else _new_sync_dir(config, workdir)
-        server = VLLMServer(config, workdir)
+        return cls._started(VLLMServer(config, workdir), sync_dir, model_dir, model_config, stop_token_ids,
+                            weight_version)
+
+    @classmethod
+    def _started(cls, server: VLLMServer, sync_dir: Path | None, model_dir: str | Path | None, model_config: Any,
+                 stop_token_ids: Sequence[int], weight_version: int, then=None) -> VLLMSampler:
+        """Start ``server`` (or check the external one) and wrap it, then run ``then(sampler)``; on any
+        failure the server is stopped (a no-op for an external one) and ``sync_dir`` removed."""
         try:
             server.start()
-            return cls(server, model_dir=model_dir, sync_dir=sync_dir, model_config=model_config,
-                       stop_token_ids=stop_token_ids, weight_version=weight_version)
+            sampler = cls(server, model_dir=model_dir, sync_dir=sync_dir, model_config=model_config,
+                          stop_token_ids=stop_token_ids, weight_version=weight_version)
+            if then is not None:
+                then(sampler)
+            return sampler
         except BaseException:
+            server.stop()
             if sync_dir is not None:
                 shutil.rmtree(sync_dir, ignore_errors=True)
             raise
