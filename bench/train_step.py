@@ -8,9 +8,7 @@ Each variant runs in its own subprocess, one after another, so peak RSS is per v
 ``--workload debate`` is a configs/arithmetic step instead (48 turns of unequal lengths whose prompts
 repeat or extend each other): torch pads one batch to the longest sequence, ``jax-fp32`` pads each
 sample to a length bucket, ``jax-fp32-packed`` packs with shared prefixes, ``jax-fp32-packed-lora``
-trains a rank-16 LoRA adapter on q/k/v/o instead of every weight (LoRA-GRPO, ``model.lora``),
-``jax-fp32-packed-refbf16`` computes the KL reference's forward in bf16 with f32 accumulation
-(``loss.reference_dtype``).
+trains a rank-16 LoRA adapter on q/k/v/o instead of every weight (LoRA-GRPO, ``model.lora``).
 tokens/s counts sequence tokens (what the samples hold), not the padded or packed positions a side
 computes:
 
@@ -37,8 +35,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("jax-fp32", "jax-fp32-packed", "jax-fp32-packed-lora", "jax-fp32-packed-refbf16", "torch-fp32", "jax-bf16",
-            "torch-bf16")
+VARIANTS = ("jax-fp32", "jax-fp32-packed", "jax-fp32-packed-lora", "torch-fp32", "jax-bf16", "torch-bf16")
 CLIP, CAP, BETA = 0.2, 2.0, 0.03
 
 
@@ -107,7 +104,6 @@ def run_jax(args) -> dict:
     from jaxdebate.rl.grpo import Learner
 
     dtype = "bfloat16" if args.variant == "jax-bf16" else "float32"
-    ref_dtype = "bfloat16" if args.variant.endswith("refbf16") else None
     params, config = load(str(hf_dir()), dtype=dtype, remat=args.remat)
     samples = [Sample(*s) for s in make_samples(args)]
     max_len = args.length if args.workload == "uniform" else 512
@@ -115,22 +111,20 @@ def run_jax(args) -> dict:
                                    aggregation="token", packing="packed" in args.variant)
     lora = PolicyLoraConfig(rank=16, alpha=32.0) if args.variant.endswith("lora") else None  # q, k, v, o
     learner = Learner(config, LossConfig(beta=BETA, clip_eps=CLIP, importance_weight_cap=CAP),
-                      OptimizerConfig(peak_lr=1e-6, end_lr=1e-6, grad_clip=1.0), 100, lora=lora,
-                      reference_dtype=ref_dtype)
+                      OptimizerConfig(peak_lr=1e-6, end_lr=1e-6, grad_clip=1.0), 100, lora=lora)
     state = learner.init_state(params)
     base = rss_gb()
     t0 = time.perf_counter()
     state, m = learner.update(state, mbs)
     jax.block_until_ready(state.params)
     first = time.perf_counter() - t0
-    first_kl = m["kl"]  # policy == reference at the first step: 0 in fp32, bf16 rounding otherwise
     times = []
     for _ in range(args.steps):
         t0 = time.perf_counter()
         state, m = learner.update(state, mbs)
         jax.block_until_ready(state.params)
         times.append(time.perf_counter() - t0)
-    return {"first_step_s": first, "step_s": float(np.median(times)), "loss": m["loss"], "first_kl": first_kl,
+    return {"first_step_s": first, "step_s": float(np.median(times)), "loss": m["loss"],
             "rss_after_load_gb": base, "peak_rss_gb": rss_gb(), "computed_tokens": stats["padded_tokens"],
             "shapes": [list(mb["tokens"].shape) + [mb["targets"].shape[1]] for mb in mbs]}
 
@@ -290,11 +284,7 @@ def main() -> None:
         if ours and peer:
             print(f"{precision}: ours/torch tokens/s = {peer['step_s'] / ours['step_s']:.2f}x, "
                   f"peak RSS ours/torch = {ours['peak_rss_gb'] / peer['peak_rss_gb']:.2f}")
-    full, refbf16 = results.get("jax-fp32-packed"), results.get("jax-fp32-packed-refbf16")
-    if full and refbf16:
-        print(f"KL reference pass in bf16 vs fp32, packed: step time {refbf16['step_s'] / full['step_s']:.2f}x, "
-              f"KL to an identical reference {refbf16['first_kl']:.2e} (fp32: {full['first_kl']:.2e})")
-    lora = results.get("jax-fp32-packed-lora")
+    full, lora = results.get("jax-fp32-packed"), results.get("jax-fp32-packed-lora")
     if full and lora:
         print(f"LoRA-GRPO (rank 16, q/k/v/o) vs full fine-tuning, packed fp32: step time "
               f"{lora['step_s'] / full['step_s']:.2f}x, peak RSS {lora['peak_rss_gb'] / full['peak_rss_gb']:.2f}x")

@@ -11,7 +11,7 @@ another on the same machine, against the default set measured in the same run:
 
     .venv/bin/python bench/xla_flags.py                       # the default set vs the candidates below
     .venv/bin/python bench/xla_flags.py --gemm-only
-    .venv/bin/python bench/xla_flags.py --sets "" "--xla_cpu_use_onednn=true"
+    .venv/bin/python bench/xla_flags.py --sets default xla_cpu_use_onednn=true   # sets without the dashes
 
 The last line is ``best XLA option set vs default, train step: X (<set>)``.
 """
@@ -74,8 +74,8 @@ def run_child(args: list[str], flags: str) -> dict | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sets", nargs="+", default=list(CANDIDATES),
-                        help="XLA_FLAGS values to compare; the first is the baseline")
+    parser.add_argument("--sets", nargs="+", help="option sets to compare, each written without the leading "
+                        "dashes ('a=1,b=2' for two options; 'default' for none); the first is the baseline")
     parser.add_argument("--gemm-only", action="store_true")
     parser.add_argument("--steps", type=int, default=2, help="timed train steps after the first (median)")
     parser.add_argument("--reps", type=int, default=5)
@@ -87,8 +87,10 @@ def main() -> None:
 
     step_args = ["bench/train_step.py", "--variant", "jax-fp32-packed", "--workload", "debate", "--prompts", "1",
                  "--steps", str(args.steps), "--remat", "none"]  # as configs/arithmetic
+    sets = list(CANDIDATES) if not args.sets else [
+        "" if text == "default" else " ".join("--" + f for f in text.split(",")) for text in args.sets]
     rows = []
-    for flags in args.sets:
+    for flags in sets:
         gemm = run_child([__file__, "--gemm-child", "--reps", str(args.reps)], flags)
         step = None if args.gemm_only or gemm is None else run_child(step_args, flags)
         rows.append((flags, gemm, step))

@@ -16,8 +16,7 @@ MAX_LINES = 500
 # ARCHITECTURE.md's layers, bottom first; a unit (sub-package or top-level module) may import its own
 # layer and the ones below.
 LAYERS = (
-    ("errors", "configlib", "processes", "distributed", "hardware", "shapes", "schedules", "stats", "metrics",
-     "checkpointer"),
+    ("errors", "configlib", "processes", "distributed", "shapes", "schedules", "stats", "metrics", "checkpointer"),
     ("model", "data", "shaping"),
     ("sampling",),
     ("debate",),

@@ -88,6 +88,28 @@ def test_bf16_compute_runs_and_tracks_fp32(tiny_model):
     assert np.isfinite(np.asarray(lp)).all()
 
 
+@pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("bfloat16", 2e-2)])
+def test_dense_matmul_vjp_equals_autodiff_of_the_plain_contraction(dtype, tol):
+    """The layers' matmul has a hand-written VJP (XLA:CPU's fast dot path); its value and both
+    gradients equal autodiff of the plain float32-accumulated contraction."""
+    from jaxdebate.model.llama import matmul
+
+    kx, kw, kg = jax.random.split(jax.random.key(0), 3)
+    x = jax.random.normal(kx, (2, 7, 24), jnp.float32).astype(dtype)
+    w = jax.random.normal(kw, (24, 40), jnp.float32).astype(dtype)
+    cot = jax.random.normal(kg, (2, 7, 40), jnp.float32).astype(dtype)
+
+    def plain(x, w):
+        return jax.lax.dot_general(x, w, (((2,), (0,)), ((), ())), preferred_element_type=jnp.float32).astype(x.dtype)
+
+    (out, vjp), (ref, ref_vjp) = jax.vjp(matmul, x, w), jax.vjp(plain, x, w)
+    for a, b in [(out, ref), *zip(vjp(cot), ref_vjp(cot))]:
+        assert a.dtype == b.dtype == jnp.dtype(dtype)
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=tol, atol=tol)
+    grads = jax.grad(lambda w: jnp.sum(matmul(x, w).astype(jnp.float32) ** 2))(w)
+    assert grads.shape == w.shape and bool(jnp.all(jnp.isfinite(grads.astype(jnp.float32))))
+
+
 def test_left_padded_batch_equals_each_prompt_alone(tiny_model):
     params, config = tiny_model
     rng = np.random.RandomState(2)

@@ -495,6 +495,22 @@ def test_killed_server_is_restarted_and_the_loop_keeps_its_steps(sampler, model,
         os.killpg(killed[0], 0)
 
 
+def test_a_sync_that_finds_the_server_dead_restarts_it_with_the_new_weights(sampler, model, prompts, ref):
+    """The weight sync shares the request path's recovery: a server killed between steps is restarted
+    by the next sync, which still lands (greedy == the JAX sampler on the new weights)."""
+    params, _ = model
+    new = perturb(params, "mlp", 0.5, 9)
+    expected = ref.greedy(new, prompts[:2], steps=64)[0]
+    restarts = sampler.restarts
+    os.kill(sampler.server.pid, signal.SIGKILL)
+    sampler.update_weights(new, 300)
+    assert sampler.restarts == restarts + 1 and sampler.syncs[-1].restarted
+    out = sampler.generate(prompts[:2], SamplingParams(temperature=0.0, max_tokens=64))
+    assert [list(r[0].token_ids) for r in out] == expected
+    assert {r[0].weight_version for r in out} == {300}
+    sampler.update_weights(params, 301)
+
+
 def test_close_stops_every_server_process(sampler):
     pgid, sync_dir = sampler.server.pid, sampler._sync_dir
     sampler.close()

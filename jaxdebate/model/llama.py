@@ -14,7 +14,7 @@ modules, with the transformer layers stacked on a leading layer axis and run wit
      "lm_head": {"kernel": [D, V]}}          # only when the embeddings are not tied
 
 Kernels are ``[in, out]`` (``y = x @ kernel``). Computation runs in ``config.dtype`` (float32 or
-bfloat16) with float32 norms, softmax and log-probs.
+bfloat16) with float32 norms, softmax and log-probs; every matmul accumulates in float32.
 """
 
 from __future__ import annotations
@@ -108,18 +108,45 @@ class Embedding(nn.Module):
         return jnp.take(table, tokens, axis=0).astype(self.dtype)
 
 
-def _dot_f32_accumulate(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
-    """A reduced-precision dot accumulated in float32, its result rounded once to the operands' dtype.
-    XLA:CPU runs bf16 x bf16 -> f32 on its fast path (~500 GFLOP/s vs ~225 for bf16 out on 2
-    AVX-512-bf16 cores, bench/README "xla_flags"); GPUs accumulate in f32 either way."""
-    out = jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision, preferred_element_type=F32)
-    return out.astype(lhs.dtype)
+@jax.custom_vjp
+def matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    """``x [..., in] @ kernel [in, out]``, accumulated in float32 and rounded once to ``x``'s dtype.
+
+    Why not a plain dot: XLA:CPU runs bf16 x bf16 -> f32 on its fast path (~500 vs ~225 GFLOP/s for
+    a bf16-out dot, 2 AVX-512-bf16 cores), and lowers the weight gradient that autodiff derives (a
+    dot contracting the token axis of a transposed, fused operand) to a slow generic dot: this VJP
+    writes both gradients as plain contractions, which cuts an MLP block's forward + backward by a
+    third there (bench/README "learner backward"). GPUs accumulate in f32 either way.
+    """
+    return jnp.einsum("...i,io->...o", x, kernel, preferred_element_type=F32).astype(x.dtype)
+
+
+def _matmul_fwd(x, kernel):
+    return matmul(x, kernel), (x, kernel)
+
+
+def _matmul_bwd(residuals, g):
+    x, kernel = residuals
+    dx = jnp.einsum("...o,io->...i", g, kernel, preferred_element_type=F32).astype(x.dtype)
+    rows_x, rows_g = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
+    dk = jnp.einsum("ni,no->io", rows_x, rows_g, preferred_element_type=F32).astype(kernel.dtype)
+    return dx, dk
+
+
+matmul.defvjp(_matmul_fwd, _matmul_bwd)
+
+
+def _dense_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+    """``nn.Dense``'s contraction (last axis of ``lhs`` with the kernel's first) through :func:`matmul`."""
+    (lhs_c, rhs_c), batch = dimension_numbers
+    if tuple(lhs_c) != (lhs.ndim - 1,) or tuple(rhs_c) != (0,) or any(batch):
+        raise ValueError(f"_dense_dot handles x[..., in] @ kernel[in, out] only, got {dimension_numbers}")
+    return matmul(lhs, rhs)
 
 
 def _dense(features: int, dtype: Any, name: str) -> nn.Dense:
-    dot = None if jnp.dtype(dtype) == F32 else _dot_f32_accumulate
     return nn.Dense(features, use_bias=False, dtype=dtype, param_dtype=F32, kernel_init=_normal, name=name,
-                    dot_general=dot)
+                    dot_general=_dense_dot)
 
 
 class Attention(nn.Module):

@@ -21,9 +21,7 @@ class LossConfig(Section):
     batch) or ``sequence`` (mean over a sequence's tokens, then over sequences). ``ppo_epochs``:
     optimiser updates per sampled batch (1 = on-policy GRPO; >1 makes the clip matter).
     ``filter_zero_signal``/``filter_truncated``: drop groups whose shaped rewards are all equal and
-    truncated completions. ``reference_dtype``: compute dtype of the KL reference's forward pass (no
-    gradient): ``bfloat16`` runs its matmuls on bf16 operands with float32 accumulation; ``auto`` picks
-    bfloat16 where the hardware has native bf16 (a GPU, AVX-512 bf16/AMX CPUs), else the policy's dtype.
+    truncated completions.
     """
 
     _name: ClassVar[str] = "loss"
@@ -38,7 +36,6 @@ class LossConfig(Section):
     ppo_epochs: int = 1
     filter_zero_signal: bool = True
     filter_truncated: bool = True
-    reference_dtype: Literal["auto", "float32", "bfloat16"] = "float32"
 
     def validate(self) -> None:
         self._positive("advantage_eps", "clip_eps_high")

@@ -11,9 +11,6 @@ With ``model.lora`` enabled (LoRA-GRPO) the trainable tree is a LoRA adapter on 
 (:mod:`jaxdebate.model.lora`): the optimiser state covers the adapter only, the KL reference is the
 base plus the adapter of the last hard update (no second full tree), and :meth:`Learner.weights`
 merges the adapter for sampling and export.
-
-The KL reference's forward pass (no gradient) may run in a cheaper compute dtype than the policy's
-(``reference_dtype``, from ``loss.reference_dtype``): bf16 operands with float32 accumulation.
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxdebate.hardware import fast_bf16
 from jaxdebate.model import LlamaConfig, forward, hidden_logprobs
 from jaxdebate.model import lora as lora_lib
 from jaxdebate.model.config import LoraConfig
@@ -54,17 +50,6 @@ def lr_schedule(cfg: OptimizerConfig, total_steps: int) -> optax.Schedule:
     return warmup_then_decay(cfg.peak_lr, cfg.end_lr, cfg.warmup_steps, total_steps, cfg.schedule)
 
 
-def reference_dtype(choice: str, policy_dtype: str, platform: str, flags=None) -> tuple[str, str]:
-    """The KL reference pass's compute dtype for ``loss.reference_dtype`` and why (``auto`` resolved
-    on ``platform``, ``jax.default_backend()``; ``flags`` defaults to this CPU's)."""
-    if choice != "auto":
-        return choice, "set by loss.reference_dtype"
-    if policy_dtype == "bfloat16":
-        return policy_dtype, "the policy computes in bfloat16"
-    fast, why = fast_bf16(platform, flags)
-    return ("bfloat16" if fast else policy_dtype), why
-
-
 def make_optimizer(cfg: OptimizerConfig, total_steps: int) -> optax.GradientTransformation:
     """AdamW on the schedule; clipping happens in ``apply`` (so the pre-clip norm is logged)."""
     return optax.adamw(
@@ -82,9 +67,8 @@ class Learner:
 
     def __init__(self, model_config: LlamaConfig, loss: LossConfig, optimizer: OptimizerConfig,
                  total_steps: int, *, temperature: float = 1.0, logprob_chunk: int = 1024,
-                 lora: LoraConfig | None = None, seed: int = 0, reference_dtype: str | None = None) -> None:
+                 lora: LoraConfig | None = None, seed: int = 0) -> None:
         self.model_config = model_config
-        self.reference_config = dataclasses.replace(model_config, dtype=reference_dtype or model_config.dtype)
         self.lora = lora if lora is not None and lora.enabled else None
         self.seed = seed
         self.base = None  # the frozen base tree under LoRA (set by init_state / set_base)
@@ -107,15 +91,13 @@ class Learner:
             return trainable
         return lora_lib.merge(base, trainable, self.lora.scale)
 
-    def _lp(self, params, batch, *, with_entropy: bool, config: LlamaConfig | None = None):
-        """``(lp, entropy)`` ``[R, C]`` of the completion window (zeros outside ``loss_mask``), computed
-        in ``config``'s dtype (default: the policy's)."""
-        config = config or self.model_config
-        hidden, _ = forward(params, config, batch["tokens"], positions=batch["positions"],
+    def _lp(self, params, batch, *, with_entropy: bool):
+        """``(lp, entropy)`` ``[R, C]`` of the completion window (zeros outside ``loss_mask``)."""
+        hidden, _ = forward(params, self.model_config, batch["tokens"], positions=batch["positions"],
                             segment_ids=batch["segment_ids"], prefix_ids=batch["prefix_ids"])
         h = jnp.take_along_axis(hidden, batch["window_index"][..., None], axis=1)
         lp, ent = hidden_logprobs(
-            params, config, h, batch["targets"], temperature=self.temperature,
+            params, self.model_config, h, batch["targets"], temperature=self.temperature,
             with_entropy=with_entropy, chunk_size=self.chunk,
         )
         mask = batch["loss_mask"]
@@ -129,8 +111,7 @@ class Learner:
         lp, entropy = self._lp(self._full(params, base), batch, with_entropy=True)
         old = batch["old_logprobs"] if "old_logprobs" in batch else jax.lax.stop_gradient(lp)
         if cfg.beta > 0:
-            ref_tree = self._full(ref_params, base)
-            ref = jax.lax.stop_gradient(self._lp(ref_tree, batch, with_entropy=False, config=self.reference_config)[0])
+            ref = jax.lax.stop_gradient(self._lp(self._full(ref_params, base), batch, with_entropy=False)[0])
         else:
             ref = jax.lax.stop_gradient(lp)
         loss, terms = policy_loss(

@@ -39,7 +39,7 @@ from jaxdebate.metrics import MetricWriter
 from jaxdebate.model import load, load_tokenizer, make_mesh, shard_batch, shard_params
 from jaxdebate.rl.batching import Sample, make_microbatches, rows_cap_for
 from jaxdebate.rl import run_state
-from jaxdebate.rl.grpo import Learner, reference_dtype
+from jaxdebate.rl.grpo import Learner
 from jaxdebate.rl.preflight import check_prompts_fit
 from jaxdebate.rl.step_metrics import NONDETERMINISTIC_PREFIXES, timing_metrics, train_metrics
 from jaxdebate.rl.timing import PhaseTimer
@@ -156,13 +156,10 @@ class Trainer:
         self.stream = ItemStream(train_items, cfg.training.train_batch_size, cfg.training.seed)
         self.grader = Grader() if self.main else None
         epochs = cfg.loss.ppo_epochs
-        ref_dtype, why = reference_dtype(cfg.loss.reference_dtype, cfg.model.dtype, jax.default_backend())
-        if self.main and cfg.loss.beta > 0:
-            print(f"[jaxdebate] KL reference pass in {ref_dtype} ({why})", file=sys.stderr)
         self.learner = Learner(
             self.model_config, cfg.loss, cfg.optimizer, cfg.training.total_train_steps * epochs,
             temperature=cfg.sampler.temperature, logprob_chunk=cfg.model.logprob_chunk,
-            lora=cfg.model.lora, seed=cfg.training.seed, reference_dtype=ref_dtype,
+            lora=cfg.model.lora, seed=cfg.training.seed,
         )
         self.rows_cap = rows_cap_for(cfg.samples_per_step, cfg.optimizer.n_gradient_accumulation_steps)
         self.checkpointer = Checkpointer(checkpoint_dir(self.workdir), cfg.checkpoint.n_last_ckpts_to_keep)

@@ -1,15 +1,34 @@
-"""What decides the fast sampling path: which vLLM build a server virtualenv holds and, with the
-CPU's bf16 instructions (:mod:`jaxdebate.hardware`), the served dtype. Standard library only."""
+"""Facts about this machine that decide the fast sampling path: the CPU's bf16 instructions and
+which vLLM build a server virtualenv holds. Standard library only (configs import it)."""
 
 from __future__ import annotations
 
+import functools
 import glob
 from collections.abc import Iterable
 from pathlib import Path
 
-from jaxdebate.hardware import BF16_FLAGS, bf16_flags, cpu_flags
+#: CPU flags with which vLLM's CPU kernels run bf16 natively (without them bf16 is emulated).
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
-__all__ = ["BF16_FLAGS", "bf16_flags", "cpu_flags", "is_cpu_build", "vllm_dtype"]
+
+@functools.lru_cache(maxsize=4)
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The instruction-set flags of the first CPU in ``cpuinfo`` (empty where it is unreadable)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def bf16_flags(flags: Iterable[str] | None = None) -> list[str]:
+    """The fast-bf16 flags present (``flags`` defaults to this machine's)."""
+    have = cpu_flags() if flags is None else frozenset(flags)
+    return [f for f in BF16_FLAGS if f in have]
 
 
 def is_cpu_build(python: str | Path) -> bool:

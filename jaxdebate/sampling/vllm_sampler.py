@@ -239,19 +239,8 @@ class VLLMSampler:
     def _complete(self, index: int, body: dict[str, Any], sp: SamplingParams, version: int) -> list[Completion]:
         """Send one completion request; after a lost request (server dead or silent) restart or wait
         for the server and resend, at most ``max_restarts`` times."""
-        attempt = 0
-        while True:
-            epoch = self.server.starts
-            try:
-                return self._parse(index, self.server.request("/v1/completions", body), sp, version)
-            except ServerUnavailable as e:
-                if attempt == self.config.max_restarts:
-                    raise SamplerError(
-                        f"a vLLM request failed after {attempt} restart(s) (sampler.vllm.max_restarts): "
-                        f"{e}\nlast lines of {self.server.log_path}:\n{self.server.log_tail()}"
-                    ) from e
-                attempt += 1
-                self._recover(e, epoch)
+        return self._retrying(lambda: self._parse(index, self.server.request("/v1/completions", body), sp, version),
+                              "a vLLM request")
 
     def update_weights(self, params: Any, version: int) -> None:
         """Serve ``params`` (a parameter tree, or an HF directory) from now on, as ``version``.
@@ -270,22 +259,9 @@ class VLLMSampler:
                 files = self._export(params)
             t1 = time.perf_counter()
             self._synced = files  # what a restart loads on top of model_dir (a path sync file is overwritten)
-            upload_s, restarted = 0.0, False
-            for attempt in range(self.config.max_restarts + 1):
-                try:
-                    upload_s = self._load(files)
-                    break
-                except ServerUnavailable as e:
-                    if attempt == self.config.max_restarts:
-                        raise SamplerError(
-                            f"weight sync to version {version} failed after {attempt} restart(s): {e}\n"
-                            f"last lines of {self.server.log_path}:\n{self.server.log_tail()}"
-                        ) from e
-                    if not self.server.external:  # a fresh server starts from model_dir, then loads
-                        self._restart(reason=str(e))
-                        restarted = True
-                        break
-                    self._wait_external(e)
+            starts = self.server.starts
+            upload_s = self._retrying(lambda: self._load(files), f"weight sync to version {version}")
+            restarted = self.server.starts != starts
             self._version = int(version)
             stats = SyncStats(int(version), t1 - t0, time.perf_counter() - t1 - upload_s, restarted, upload_s)
             self.syncs.append(stats)
@@ -402,6 +378,23 @@ class VLLMSampler:
         return upload_s
 
     # ------------------------------------------------------------------------------------- recovery
+
+    def _retrying(self, call, what: str):
+        """``call()``; after a lost server (dead or silent) restart it, or wait for an external one, and
+        call again, at most ``max_restarts`` times."""
+        attempt = 0
+        while True:
+            epoch = self.server.starts
+            try:
+                return call()
+            except ServerUnavailable as e:
+                if attempt == self.config.max_restarts:
+                    raise SamplerError(
+                        f"{what} failed after {attempt} restart(s) (sampler.vllm.max_restarts): "
+                        f"{e}\nlast lines of {self.server.log_path}:\n{self.server.log_tail()}"
+                    ) from e
+                attempt += 1
+                self._recover(e, epoch)
 
     def _recover(self, error: Exception, epoch: int) -> None:
         """After lost requests: restart a dead or silent server (once per failure), or wait."""
