@@ -339,7 +339,8 @@ class VLLMServer:
         timeout: float | None = None,
         parse: bool = True,
     ) -> Any:
-        """Send one request; return the decoded JSON (None for an empty body).
+        """Send one request; return the decoded JSON (None for an empty body), or with ``parse=False``
+        the body as text (e.g. ``GET /metrics``, vLLM's Prometheus gauges).
 
         Raises ServerUnavailable when the server cannot be reached, times out or answers 5xx, and
         SamplerError (with the server's message) when it rejects the request (4xx).
@@ -393,7 +394,9 @@ class VLLMServer:
         if response.status >= 400:
             raise RequestRejected(f"{method} {path}: vLLM rejected the request ({response.status}): {_message(raw)}",
                                   response.status)
-        if not parse or not raw.strip():
+        if not parse:
+            return raw.decode("utf-8", errors="replace")
+        if not raw.strip():
             return None
         try:
             return json.loads(raw)
