@@ -117,8 +117,8 @@ def main() -> None:
                     wall = time.perf_counter() - t0
                     tokens = sum(len(t.completion_ids) for t in batch.turns)
                     row = {"wall_s": wall, "sampling_s": batch.stats["sampling_seconds"], "tokens": tokens,
-                           "in_flight": batch.stats["mean_in_flight"], "running": running.mean, "calls": batch.stats["sampler_calls"],
-                           "turns": len(batch.turns),
+                           "in_flight": batch.stats["mean_in_flight"], "running": running.mean,
+                           "calls": batch.stats["sampler_calls"], "turns": len(batch.turns),
                            "token_ids": {t.index: t.completion_ids for t in batch.turns}}
                     results[mode].append(row)
                     print(f"{mode:<10} play {repeat + 1}: sampling {row['sampling_s']:6.1f} s, {tokens:6d} tokens, "

@@ -116,7 +116,7 @@ def matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
     a bf16-out dot, 2 AVX-512-bf16 cores), and lowers the weight gradient that autodiff derives (a
     dot contracting the token axis of a transposed, fused operand) to a slow generic dot: this VJP
     writes both gradients as plain contractions, which cuts an MLP block's forward + backward by a
-    third there (bench/README "learner backward"). GPUs accumulate in f32 either way.
+    third there (bench/README "train_step after the matmul VJP"). GPUs accumulate in f32 either way.
     """
     return jnp.einsum("...i,io->...o", x, kernel, preferred_element_type=F32).astype(x.dtype)
 

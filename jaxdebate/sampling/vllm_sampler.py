@@ -360,8 +360,9 @@ class VLLMSampler:
         return self._delivery.export(params, self._model_config, self.config.dtype)
 
     def _load(self, files: SyncFiles) -> float:
-        """Deliver ``files`` (returns the time: an upload for push syncs, ~0 for paths), then pause (drain), load them in place (the
-        worker extension also refreshes the LM head), reset the prefix cache and resume."""
+        """Deliver ``files`` (returns the time: an upload for push syncs, ~0 for paths), then pause
+        (drain), load them in place (the worker extension also refreshes the LM head), reset the prefix
+        cache and resume."""
         server = self.server
         t0 = time.perf_counter()
         paths = self._delivery.deliver(server, files)
