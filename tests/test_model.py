@@ -110,6 +110,31 @@ def test_dense_matmul_vjp_equals_autodiff_of_the_plain_contraction(dtype, tol):
     assert grads.shape == w.shape and bool(jnp.all(jnp.isfinite(grads.astype(jnp.float32))))
 
 
+def test_attention_vjp_equals_autodiff_of_the_plain_softmax_attention():
+    """The attention core's hand-written VJP gives autodiff's gradients, padding queries (rows whose
+    every key is masked) and masked keys included."""
+    from jaxdebate.model.llama import _attend
+
+    b, kv, g, t, hd = 2, 2, 3, 9, 8
+    keys = jax.random.split(jax.random.key(3), 4)
+    q = jax.random.normal(keys[0], (b, kv, g, t, hd))
+    k, v = (jax.random.normal(key, (b, kv, t, hd)) for key in keys[1:3])
+    cot = jax.random.normal(keys[3], (b, t, kv, g, hd))
+    mask = np.tril(np.ones((t, t), bool))[None].repeat(b, 0)
+    mask[0, :, 5:] = False   # keys 5.. of row 0 are padding
+    mask[1, 7:, :] = False   # queries 7.. of row 1 are padding (no visible key)
+
+    def plain(q, k, v):
+        scores = jnp.einsum("bkgtd,bksd->bkgts", q, k)
+        probs = jax.nn.softmax(jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min), axis=-1)
+        return jnp.einsum("bkgts,bksd->btkgd", probs, v)
+
+    (out, vjp), (ref, ref_vjp) = jax.vjp(lambda *a: _attend(*a, mask), q, k, v), jax.vjp(plain, q, k, v)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=1e-5, atol=1e-6)
+    for a, b_ in zip(vjp(cot), ref_vjp(cot)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b_), rtol=1e-5, atol=1e-5)
+
+
 def test_left_padded_batch_equals_each_prompt_alone(tiny_model):
     params, config = tiny_model
     rng = np.random.RandomState(2)
