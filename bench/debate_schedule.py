@@ -99,21 +99,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-schedule-") as workdir:
         sampler = make_sampler(s, params, model_config, tokenizer, workdir=workdir,
                                max_total_len=cfg.debate.max_sequence_length, seed=cfg.training.seed)
+
+        def play(target, seed: int):
+            return run_debates(target, tokenizer, items, config=cfg.debate,
+                               n_rollouts=cfg.training.generations_per_prompt, sampling=sampling, grader=grader,
+                               env_name_remap=cfg.data.env_name_remap, seed=seed)
+
         try:
-            # an untimed play first: a fresh CPU server runs its first batch shapes slowly (25-40 %)
-            run_debates(sampler, tokenizer, items, config=cfg.debate, n_rollouts=cfg.training.generations_per_prompt,
-                        sampling=sampling, grader=grader, env_name_remap=cfg.data.env_name_remap,
-                        seed=cfg.training.seed + 1000)
+            play(sampler, cfg.training.seed + 1000)  # untimed: a fresh CPU server is slow on its first shapes
             for repeat in range(args.repeats):
                 for mode in ("streaming", "rounds")[::1 if repeat % 2 == 0 else -1]:
                     target = sampler if mode == "streaming" else RoundByRound(sampler)
                     sampler.server.request("/reset_prefix_cache")  # as after the trainer's weight sync
                     t0 = time.perf_counter()
                     with RunningRequests(sampler.server) as running:
-                        batch = run_debates(target, tokenizer, items, config=cfg.debate,
-                                            n_rollouts=cfg.training.generations_per_prompt, sampling=sampling,
-                                            grader=grader, env_name_remap=cfg.data.env_name_remap,
-                                            seed=cfg.training.seed + repeat)
+                        batch = play(target, cfg.training.seed + repeat)
                     wall = time.perf_counter() - t0
                     tokens = sum(len(t.completion_ids) for t in batch.turns)
                     row = {"wall_s": wall, "sampling_s": batch.stats["sampling_seconds"], "tokens": tokens,

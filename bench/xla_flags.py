@@ -5,7 +5,7 @@ another on the same machine, against the default set measured in the same run:
 
 1. ``gemm``: GFLOP/s of one ``jnp.dot`` at SmolLM2-135M's layer shapes (2,048 token rows x 576 ->
    1,536, the MLP's up projection, and back), fp32 and bf16 inputs with fp32 accumulation
-   (``preferred_element_type``): what the reference and old-policy forwards would pay in bf16.
+   (``preferred_element_type``, as the model's bf16 compute path runs them).
 2. ``step`` (unless ``--gemm-only``): one real GRPO optimiser step on the debate workload of
    ``bench/train_step.py`` (``--variant jax-fp32-packed``), median of ``--steps`` after the first.
 

@@ -260,7 +260,11 @@ class VLLMSampler:
             t1 = time.perf_counter()
             self._synced = files  # what a restart loads on top of model_dir (a path sync file is overwritten)
             starts = self.server.starts
-            upload_s = self._retrying(lambda: self._load(files), f"weight sync to version {version}")
+
+            def load() -> float:  # a server restarted since has loaded ``files`` itself (``_restart``)
+                return self._load(files) if self.server.starts == starts else 0.0
+
+            upload_s = self._retrying(load, f"weight sync to version {version}")
             restarted = self.server.starts != starts
             self._version = int(version)
             stats = SyncStats(int(version), t1 - t0, time.perf_counter() - t1 - upload_s, restarted, upload_s)
