@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import jax  # noqa: E402
 
 import shaping_reference as ref  # noqa: E402
-from jaxdebate.shaping import shape_rewards  # noqa: E402
+from jaxdebate.shaping import ShapingConfig, shape_rewards  # noqa: E402
 
 G, A, R = 4, 3, 2
 CONFIGS = [
@@ -44,11 +44,12 @@ def label(name, params):
 def time_jax(name, params, batch, repeats):
     """(best wall seconds, best CPU seconds) of one call on the whole batch."""
     arrays = [jax.device_put(x) for x in batch]
-    shape_rewards(name, params, *arrays).block_until_ready()  # compile
+    config = ShapingConfig(name, params)
+    shape_rewards(config, *arrays).block_until_ready()  # compile
     wall, cpu = float("inf"), float("inf")
     for _ in range(repeats):
         t, c = time.perf_counter(), time.process_time()
-        shape_rewards(name, params, *arrays).block_until_ready()
+        shape_rewards(config, *arrays).block_until_ready()
         wall, cpu = min(wall, time.perf_counter() - t), min(cpu, time.process_time() - c)
     return wall, cpu
 

@@ -2,30 +2,40 @@
 
 Used by tests/test_shaping*.py (exact agreement with the jitted strategies) and bench/shaping.py (the
 peer the benchmark measures against). One group at a time, explicit loops over rollouts, agents and
-rounds, float32 arithmetic in the same operation order as the formulas so results match bit for bit.
-Readings of the spec chosen here are the ones documented in jaxdebate/shaping/strategies.py.
+rounds, float32 arithmetic in the same operation order as the formulas so results match bit for bit
+(team rewards are exact fractions, rounded to float32 once). Readings of the spec chosen here are the
+ones documented in jaxdebate/shaping/strategies.py.
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 import numpy as np
 
 F = np.float32
 
 
-def plurality(vote_list):
-    """Plurality answer of [(agent, vote)] (valid votes only, any order) or None when empty.
+def f32(x: Fraction) -> np.float32:
+    """The float32 nearest to an exact fraction (one correctly rounded division of exact operands)."""
+    assert x.numerator < 2**24 and x.denominator < 2**24
+    return F(x.numerator) / F(x.denominator)
 
-    Ties: the tied answer given first by the lowest-index agent.
-    """
+
+def tied_answers(vote_list):
+    """The answers with the most votes among [(agent, vote)] (valid votes only); [] when empty."""
     counts: dict[int, int] = {}
-    first: dict[int, int] = {}
-    for agent, vote in sorted(vote_list):
+    for _, vote in vote_list:
         counts[vote] = counts.get(vote, 0) + 1
-        first.setdefault(vote, agent)
-    if not counts:
-        return None
-    return max(counts, key=lambda v: (counts[v], -first[v]))
+    best = max(counts.values(), default=0)
+    return [v for v, n in counts.items() if n == best]
+
+
+def team_share(vote_list, gold) -> Fraction:
+    """Team reward as an exact fraction: a tied plurality shares its win, 1/k if gold is one of the
+    k tied answers, else 0 (the expected win under a uniformly random tie-break)."""
+    top = tied_answers(vote_list)
+    return Fraction(1, len(top)) if gold >= 0 and gold in top else Fraction(0)
 
 
 def round_votes(votes, active, g, r, replace=None):
@@ -44,8 +54,7 @@ def round_votes(votes, active, g, r, replace=None):
 
 
 def team_of(vote_list, gold) -> F:
-    winner = plurality(vote_list)
-    return F(1.0) if gold >= 0 and winner is not None and winner == gold else F(0.0)
+    return f32(team_share(vote_list, gold))
 
 
 def team_group(votes, gold, active):
@@ -84,14 +93,20 @@ def difference_rewards(correct, votes, gold, active):
 
 
 def round_potential(votes, active, g, r, potential_type, n_rounds):
+    """Phi(g, r): a function of what was said before round r. debate_length: -r/R. agreement: 0 for
+    round 0; else the fraction of the agents active in round r - 1 that voted for round r - 1's
+    plurality answer (0 when round r - 1 has no valid vote)."""
     if potential_type == "debate_length":
         return -(F(r) / F(n_rounds))
-    present = [b for b in range(votes.shape[1]) if active[g, b, r]]
-    valid = round_votes(votes, active, g, r)
-    winner = plurality(valid)
-    if winner is None:
+    if r == 0:
+        return F(0.0)  # nothing has been said before round 0
+    prev = r - 1
+    present = [b for b in range(votes.shape[1]) if active[g, b, prev]]
+    valid = round_votes(votes, active, g, prev)
+    top = tied_answers(valid)
+    if not top:
         return F(0.0)
-    agreeing = sum(1 for _, v in valid if v == winner)
+    agreeing = sum(1 for _, v in valid if v == top[0])  # every tied answer has the same count
     return F(agreeing) / F(len(present))
 
 
@@ -119,14 +134,14 @@ def coma_advantage(correct, votes, gold, active, n_rollouts_per_prompt):
     team = team_group(votes, gold, active)
     out = np.zeros(correct.shape, np.float32)
     for g, a, r in _turns(active):
-        total, count = 0, 0
+        total, count = Fraction(0), 0
         for j in range(n_rollouts):
             if not active[j, a, r]:
                 continue
             swapped = round_votes(votes, active, g, r, replace=(a, int(votes[j, a, r])))
-            total += int(team_of(swapped, int(gold)))
+            total += team_share(swapped, int(gold))
             count += 1
-        out[g, a, r] = team[g, r] - F(total) / F(count)
+        out[g, a, r] = team[g, r] - f32(total / count)
     return out
 
 
@@ -148,21 +163,51 @@ REFERENCE = {
 }
 
 
-def shape_group(strategy, params, correct, votes, gold, active):
-    """Reference shaped rewards [G, A, R] for one group."""
-    return REFERENCE[strategy](np.asarray(correct), np.asarray(votes), int(gold), np.asarray(active), **params)
-
-
-def shape_batch(strategy, params, correct, votes, gold, active):
-    """Reference over a batch [B, G, A, R], one group at a time."""
-    out = np.zeros(np.shape(correct), np.float32)
-    for b in range(np.shape(correct)[0]):
-        out[b] = shape_group(strategy, params, correct[b], votes[b], gold[b], active[b])
+def credit_of(shaped, active, credit="turn", discount=1.0):
+    """Per-turn credit [G, A, R] of one group's shaped rewards. `turn`: the shaped reward itself;
+    `return`: sum over the agent's active rounds t >= r of discount^(t - r) * shaped[g, a, t], summed
+    from the last round back (C = s_t + discount * C), the order that makes it exact in float32."""
+    if credit == "turn":
+        return np.where(active, shaped, F(0.0)).astype(np.float32)
+    assert credit == "return", credit
+    discount = F(discount)
+    n_rollouts, n_agents, n_rounds = shaped.shape
+    out = np.zeros(shaped.shape, np.float32)
+    for g in range(n_rollouts):
+        for a in range(n_agents):
+            acc = F(0.0)
+            for r in reversed(range(n_rounds)):
+                acc = (F(shaped[g, a, r]) if active[g, a, r] else F(0.0)) + discount * acc
+                out[g, a, r] = acc if active[g, a, r] else F(0.0)
     return out
 
 
+def shape_group(strategy, params, correct, votes, gold, active, credit="turn", discount=1.0):
+    """Reference per-turn credit [G, A, R] for one group (shaped rewards under credit="turn")."""
+    active = np.asarray(active)
+    shaped = REFERENCE[strategy](np.asarray(correct), np.asarray(votes), int(gold), active, **params)
+    return credit_of(shaped, active, credit, discount)
+
+
+def shape_batch(strategy, params, correct, votes, gold, active, credit="turn", discount=1.0):
+    """Reference over a batch [B, G, A, R], one group at a time."""
+    out = np.zeros(np.shape(correct), np.float32)
+    for b in range(np.shape(correct)[0]):
+        out[b] = shape_group(strategy, params, correct[b], votes[b], gold[b], active[b], credit, discount)
+    return out
+
+
+ZERO_SIGNAL_TOL = 1e-6  # DESIGN §4 filter/advantage tolerance; must equal advantages.ZERO_SIGNAL_TOL
+
+
+def zero_signal(xs) -> bool:
+    """A group's credits are equal up to float32 rounding: hi - lo <= tol * max(1, |hi|, |lo|)."""
+    hi, lo = max(xs), min(xs)
+    return hi - lo <= ZERO_SIGNAL_TOL * max(1.0, abs(hi), abs(lo))
+
+
 def advantages(shaped, active, estimator, grouping, eps=1e-6):
-    """Reference advantages (float64 loops) for [B, G, A, R]."""
+    """Reference advantages (float64 loops) for [B, G, A, R]; exactly 0 in a zero-signal group."""
     shaped = np.asarray(shaped, np.float64)
     n_b, n_g, n_a, n_r = shaped.shape
     if grouping == "prompt":
@@ -174,6 +219,8 @@ def advantages(shaped, active, estimator, grouping, eps=1e-6):
         members = [m for m in members if active[m]]
         xs = [shaped[m] for m in members]
         n = len(xs)
+        if n == 0 or zero_signal(xs):
+            continue  # no signal: every advantage of the group stays 0
         for m, x in zip(members, xs):
             if estimator == "grpo":
                 mean = sum(xs) / n
@@ -219,3 +266,18 @@ def random_batch(rng, n_groups, n_rollouts, n_agents, n_rounds, *, mask="early_s
     votes = np.where(active, votes, garbage_votes)
     correct = np.where(active, correct, garbage_correct)
     return correct, votes, gold, active
+
+
+def mixed_batch(seed: int, n_groups: int, n_rollouts: int, n_agents: int, n_rounds: int):
+    """Groups of one shape, each with its own activity pattern, vote alphabet and correctness mode."""
+    rng = np.random.default_rng(seed)
+    parts = [
+        random_batch(
+            rng, 1, n_rollouts, n_agents, n_rounds,
+            mask=MASK_KINDS[rng.integers(len(MASK_KINDS))],
+            n_classes=int(rng.integers(1, 5)),
+            consistent=i == 0 or bool(rng.random() < 0.7),  # group 0 always graded from its votes
+        )
+        for i in range(n_groups)
+    ]
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))

@@ -9,14 +9,22 @@ from hypothesis import strategies as st
 
 import shaping_reference as ref
 from jaxdebate.errors import ConfigError
-from jaxdebate.shaping import compute_advantages, reward_metrics, sample_filter, shape_rewards, team_reward
+from jaxdebate.shaping import (
+    ZERO_SIGNAL_TOL,
+    ShapingConfig,
+    compute_advantages,
+    reward_metrics,
+    sample_filter,
+    shape_rewards,
+    team_reward,
+)
 
 
 def _shaped_batch(seed, shape=(3, 4, 3, 2)):
     rng = np.random.default_rng(seed)
     correct, votes, gold, active = ref.random_batch(rng, *shape, mask=ref.MASK_KINDS[seed % 4])
-    shaped = np.asarray(shape_rewards("potential_based", {"gamma": 0.9, "potential_type": "agreement"},
-                                      correct, votes, gold, active))
+    cfg = ShapingConfig("potential_based", {"gamma": 0.9, "potential_type": "agreement"})
+    shaped = np.asarray(shape_rewards(cfg, correct, votes, gold, active))
     return shaped, active
 
 
@@ -44,7 +52,7 @@ def test_grpo_and_rloo_by_hand():
     for estimator in ("grpo", "rloo"):
         assert np.all(np.asarray(compute_advantages(shaped, lone, estimator=estimator, grouping="prompt")) == 0)
         const = np.full((1, 4, 1, 1), 0.7, np.float32)
-        np.testing.assert_allclose(compute_advantages(const, active, estimator=estimator, grouping="prompt"), 0, atol=1e-6)
+        np.testing.assert_array_equal(compute_advantages(const, active, estimator=estimator, grouping="prompt"), 0)
 
 
 def test_groupings_differ_where_rounds_differ():
@@ -98,21 +106,72 @@ def test_zero_signal_groups_are_exactly_those_with_all_zero_advantages():
         assert float(stats["zero_advantage_fraction"]) == pytest.approx(silent.sum() / has_member.sum())
 
 
+def _near_constant_group(delta):
+    """B=1 prompt, G=4, A=1, R=2, all active: credits 0.7 except one turn 0.7 + delta (float32)."""
+    shaped = np.full((1, 4, 1, 2), 0.7, np.float32)
+    shaped[0, 2, 0, 1] = np.float32(0.7) + np.float32(delta)
+    return shaped, np.ones(shaped.shape, bool)
+
+
+def test_rounding_noise_is_zero_signal_and_gets_exactly_zero_advantage():
+    """Credits that differ by 1e-7 (a few float32 roundings of a constant) carry no signal: the
+    group is filtered and both estimators give exactly 0 under both groupings."""
+    assert ref.ZERO_SIGNAL_TOL == ZERO_SIGNAL_TOL  # the reference uses the one tolerance
+    shaped, active = _near_constant_group(1e-7)
+    spread = float(shaped.max() - shaped.min())
+    assert 5e-8 < spread < 2e-7  # really different in float32
+    x = shaped.astype(np.float64).ravel()
+    naive = (x - x.mean()) / (x.std() + 1e-6)  # what grpo gave before: rounding noise as signal
+    assert np.abs(naive).max() > 0.01
+    truncated = np.zeros(shaped.shape, bool)
+    for grouping in ("prompt", "agent_round"):
+        keep, stats = sample_filter(shaped, active, truncated, grouping=grouping)
+        assert not np.any(np.asarray(keep)), grouping
+        assert float(stats["zero_advantage_fraction"]) == 1.0
+        assert float(stats["kept_fraction"]) == 0.0
+        for estimator in ("grpo", "rloo"):
+            adv = np.asarray(compute_advantages(shaped, active, estimator=estimator, grouping=grouping))
+            np.testing.assert_array_equal(adv, 0.0, err_msg=f"{estimator}/{grouping}")
+            np.testing.assert_array_equal(ref.advantages(shaped, active, estimator, grouping), 0.0)
+
+
+def test_a_real_difference_of_1e_3_is_signal():
+    shaped, active = _near_constant_group(1e-3)
+    truncated = np.zeros(shaped.shape, bool)
+    odd_slot = np.zeros(shaped.shape, bool)
+    odd_slot[0, :, 0, 1] = True  # agent_round: only the slot holding the 1e-3 has signal
+    for grouping, signal in (("prompt", active), ("agent_round", odd_slot)):
+        keep, stats = sample_filter(shaped, active, truncated, grouping=grouping)
+        np.testing.assert_array_equal(np.asarray(keep), signal, err_msg=grouping)
+        for estimator in ("grpo", "rloo"):
+            adv = np.asarray(compute_advantages(shaped, active, estimator=estimator, grouping=grouping))
+            assert adv[0, 2, 0, 1] > 0, f"{estimator}/{grouping}"
+            assert np.all(adv[signal] != 0.0) and np.all(adv[~signal] == 0.0), f"{estimator}/{grouping}"
+            np.testing.assert_allclose(adv, ref.advantages(shaped, active, estimator, grouping),
+                                       rtol=1e-3, atol=1e-6)
+    # grpo normalises a 1e-3 spread to full-size advantages: one turn of 8 above the rest is
+    # sqrt(7) std above the mean, the others 1/sqrt(7) below
+    grpo = np.asarray(compute_advantages(shaped, active, estimator="grpo", grouping="prompt"))
+    expected = np.full(shaped.shape, -1 / np.sqrt(7.0))
+    expected[0, 2, 0, 1] = np.sqrt(7.0)
+    np.testing.assert_allclose(grpo, expected, rtol=1e-2)
+
+
 def test_reward_metrics_by_hand():
     # B=1, G=2, A=2, R=2; rollout 1 stopped after round 0.
     correct = np.array([[[[1, 0], [0, 1]], [[1, 9], [1, 9]]]], np.float32)
     shaped = correct * 2
     active = np.array([[[[1, 1], [1, 1]], [[1, 0], [1, 0]]]], bool)
     votes = np.array([[[[1, 0], [0, 1]], [[1, 0], [1, 0]]]], np.int32)
-    team = team_reward(votes, np.array([1]), active)  # g0: r0 tie -> 1, r1 tie -> 0; g1: r0 -> 1
+    team = team_reward(votes, np.array([1]), active)  # g0: r0 and r1 ties share the win (1/2); g1: r0 -> 1
     m = {k: float(v) for k, v in reward_metrics(correct, shaped, team, active).items()}
     assert m["reward/raw/mean"] == pytest.approx(4 / 6)
     assert m["reward/shaped/mean"] == pytest.approx(8 / 6)
     assert m["reward/raw/agent_0"] == pytest.approx(2 / 3) and m["reward/raw/agent_1"] == pytest.approx(2 / 3)
     assert m["reward/raw/round_0"] == pytest.approx(3 / 4) and m["reward/raw/round_1"] == pytest.approx(1 / 2)
     assert m["reward/shaped/round_1"] == pytest.approx(1.0)
-    assert m["accuracy/team"] == pytest.approx(1 / 2)  # g0's last round (r1) wrong, g1's (r0) right
-    assert m["accuracy/team/round_0"] == pytest.approx(1.0) and m["accuracy/team/round_1"] == pytest.approx(0.0)
+    assert m["accuracy/team"] == pytest.approx(3 / 4)  # g0's last round (r1) a tie (1/2), g1's (r0) right
+    assert m["accuracy/team/round_0"] == pytest.approx(3 / 4) and m["accuracy/team/round_1"] == pytest.approx(1 / 2)
     expected_keys = {f"reward/{k}/{s}" for k in ("raw", "shaped") for s in ("mean", "agent_0", "agent_1", "round_0", "round_1")}
     assert set(m) == expected_keys | {"accuracy/team", "accuracy/team/round_0", "accuracy/team/round_1"}
     empty = reward_metrics(correct, shaped, team, np.zeros_like(active))

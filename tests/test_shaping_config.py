@@ -26,10 +26,35 @@ def test_seed_configs_build_and_serialise_to_plain_types(strategy):
     cfg = ShapingConfig(strategy, GOOD[strategy])
     cfg.check_group_size(4)
     plain = dataclasses.asdict(cfg)
-    assert plain == {"strategy": strategy, "params": GOOD[strategy]}
+    assert plain == {"strategy": strategy, "params": GOOD[strategy], "credit": "turn", "discount": 1.0}
     assert type(plain["params"]) is dict
     assert ShapingConfig(**json.loads(json.dumps(plain))) == cfg
     assert hash(ShapingConfig(**plain)) == hash(cfg)
+    ret = ShapingConfig(strategy, GOOD[strategy], credit="return", discount=0.9)
+    assert ShapingConfig(**json.loads(json.dumps(dataclasses.asdict(ret)))) == ret != cfg
+    assert hash(ret) != hash(cfg)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"credit": "returns"}, r"^shaping\.credit must be one of \['turn', 'return'\], got 'returns'"),
+        ({"credit": None}, r"^shaping\.credit must not be None"),
+        ({"discount": 0.0}, r"^shaping\.discount must be in \(0, 1\], got 0\.0"),
+        ({"discount": 1.5}, r"^shaping\.discount must be in \(0, 1\], got 1\.5"),
+        ({"discount": -0.1, "credit": "return"}, r"^shaping\.discount must be in \(0, 1\]"),
+        ({"discount": "0.9"}, r"^shaping\.discount must be a number"),
+        ({"discount": math.nan}, r"^shaping\.discount must be a finite number"),
+    ],
+)
+def test_bad_credit_or_discount_names_the_field(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        ShapingConfig("identity", {}, **fields)
+
+
+def test_credit_and_discount_boundaries_are_accepted():
+    assert ShapingConfig("identity", {}, credit="return", discount=1).discount == 1.0
+    assert ShapingConfig("identity", {}, credit="return", discount=1e-9).credit == "return"
 
 
 def test_default_is_identity_and_values_are_normalised():
@@ -99,40 +124,38 @@ def _batch(shape=(2, 4, 3, 2)):
     )
 
 
-def test_shape_rewards_validates_params_and_group_size_before_compute():
+def test_shape_rewards_checks_the_group_size_before_compute():
     c, v, g, a = _batch()
-    with pytest.raises(ConfigError, match=r"n_rollouts_per_prompt=3 must equal .* G=4"):
-        shape_rewards("coma_advantage", {"n_rollouts_per_prompt": 3}, c, v, g, a)
-    with pytest.raises(ConfigError, match=r"shaping.params.alpha must be in \[0, 1\]"):
-        shape_rewards("reward_mixing", {"alpha": 2.0}, c, v, g, a)
-    with pytest.raises(ConfigError, match=r"shaping.strategy: unknown strategy 'coma'"):
-        shape_rewards("coma", {}, c, v, g, a)
-
-
-def test_shape_rewards_takes_a_config_whole():
-    """Issue 15 item 2: the trainer passes its ShapingConfig; both forms give the same rewards."""
-    c, v, g, a = _batch()
-    cfg = ShapingConfig("potential_based", {"gamma": 0.9, "potential_type": "agreement"})
-    whole = np.asarray(shape_rewards(cfg, c, v, g, a))
-    parts = np.asarray(shape_rewards(cfg.strategy, dict(cfg.params), c, v, g, a))
-    np.testing.assert_array_equal(whole, parts)
-    assert np.abs(whole).sum() > 0
     with pytest.raises(ConfigError, match=r"n_rollouts_per_prompt=3 must equal .* G=4"):
         shape_rewards(ShapingConfig("coma_advantage", {"n_rollouts_per_prompt": 3}), c, v, g, a)
-    with pytest.raises(TypeError, match=r"got 3 arrays after the strategy"):
+
+
+def test_shape_rewards_has_one_call_form():
+    """A ShapingConfig, then the four arrays; the old (strategy, params, arrays...) form is gone."""
+    c, v, g, a = _batch()
+    cfg = ShapingConfig("potential_based", {"gamma": 0.9, "potential_type": "agreement"})
+    assert np.abs(np.asarray(shape_rewards(cfg, c, v, g, a))).sum() > 0
+    with pytest.raises(TypeError, match=r"takes 5 positional arguments but 6 were given"):
+        shape_rewards("potential_based", dict(cfg.params), c, v, g, a)
+    with pytest.raises(TypeError, match=r"config must be a ShapingConfig, got dict"):
+        shape_rewards(dict(cfg.params), c, v, g, a)
+    with pytest.raises(TypeError):
         shape_rewards(cfg, c, v, g)
+
+
+IDENTITY = ShapingConfig("identity", {})
 
 
 def test_shape_rewards_names_the_bad_tensor():
     c, v, g, a = _batch()
     with pytest.raises(ValueError, match=r"`correct` must be \[B, G, A, R\], got shape \(4, 3, 2\)"):
-        shape_rewards("identity", {}, c[0], v, g, a)
+        shape_rewards(IDENTITY, c[0], v, g, a)
     with pytest.raises(ValueError, match=r"must share one shape; got correct \(2, 4, 3, 2\), votes \(2, 4, 3, 3\)"):
-        shape_rewards("identity", {}, c, np.zeros((2, 4, 3, 3), np.int32), g, a)
+        shape_rewards(IDENTITY, c, np.zeros((2, 4, 3, 3), np.int32), g, a)
     with pytest.raises(ValueError, match=r"`gold` must be \[B\]=\(2,\), got shape \(3,\)"):
-        shape_rewards("identity", {}, c, v, np.zeros(3, np.int32), a)
+        shape_rewards(IDENTITY, c, v, np.zeros(3, np.int32), a)
     with pytest.raises(ValueError, match=r"`votes` must hold integer class ids, got dtype float32"):
-        shape_rewards("identity", {}, c, v.astype(np.float32), g, a)
+        shape_rewards(IDENTITY, c, v.astype(np.float32), g, a)
 
 
 def test_a_float_param_without_a_validator_must_be_finite():

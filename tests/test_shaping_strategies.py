@@ -10,9 +10,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import shaping_reference as ref
+from shaping_reference import mixed_batch
 from jaxdebate.shaping import (
     STRATEGIES,
     Param,
+    ShapingConfig,
     list_strategies,
     register_strategy,
     shape_rewards,
@@ -24,21 +26,6 @@ from jaxdebate.shaping.registry import in_unit_interval
 # rounding can differ from the reference's separate multiply and add by one ulp (|x| <= 2 here).
 FMA_STRATEGIES = {"potential_based", "reward_mixing"}
 BUILTINS = ["coma_advantage", "difference_rewards", "identity", "potential_based", "reward_mixing"]
-
-
-def mixed_batch(seed: int, n_groups: int, n_rollouts: int, n_agents: int, n_rounds: int):
-    """Groups of one shape, each with its own activity pattern, vote alphabet and correctness mode."""
-    rng = np.random.default_rng(seed)
-    parts = [
-        ref.random_batch(
-            rng, 1, n_rollouts, n_agents, n_rounds,
-            mask=ref.MASK_KINDS[rng.integers(len(ref.MASK_KINDS))],
-            n_classes=int(rng.integers(1, 5)),
-            consistent=i == 0 or bool(rng.random() < 0.7),  # group 0 always graded from its votes
-        )
-        for i in range(n_groups)
-    ]
-    return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))
 
 
 def configs(n_rollouts: int):
@@ -77,7 +64,7 @@ def test_strategies_match_reference_exactly_and_keep_invariants(d):
 
     out = {}
     for name, params in configs(n_rollouts):
-        shaped = np.asarray(shape_rewards(name, params, correct, votes, gold, active))
+        shaped = np.asarray(shape_rewards(ShapingConfig(name, params), correct, votes, gold, active))
         expected = ref.shape_batch(name, params, correct, votes, gold, active)
         if name in FMA_STRATEGIES:  # a * b + c: the backend may fuse it into one FMA rounding
             np.testing.assert_allclose(shaped, expected, rtol=0, atol=2.0**-22, err_msg=f"{name} {params}")
@@ -89,9 +76,9 @@ def test_strategies_match_reference_exactly_and_keep_invariants(d):
 
     # reward_mixing endpoints (alpha is traced: same executable as alpha=0.3 above).
     identity = out["identity", None]
-    np.testing.assert_array_equal(shape_rewards("reward_mixing", {"alpha": 1.0}, correct, votes, gold, active), identity)
+    np.testing.assert_array_equal(shape_rewards(ShapingConfig("reward_mixing", {"alpha": 1.0}), correct, votes, gold, active), identity)
     team_turns = np.where(active, team[:, :, None, :], 0.0)
-    np.testing.assert_array_equal(shape_rewards("reward_mixing", {"alpha": 0.0}, correct, votes, gold, active), team_turns)
+    np.testing.assert_array_equal(shape_rewards(ShapingConfig("reward_mixing", {"alpha": 0.0}), correct, votes, gold, active), team_turns)
 
     # PBRS: the discounted sum of shaping terms over an agent's active rounds is -Phi(first round).
     for kind in ("debate_length", "agreement"):
@@ -122,18 +109,18 @@ def test_strategies_match_reference_exactly_and_keep_invariants(d):
     for agent in range(n_agents):
         fixed = votes.copy()
         fixed[:, :, agent, :] = votes[:, :1, agent, :]
-        coma = np.asarray(shape_rewards("coma_advantage", {"n_rollouts_per_prompt": n_rollouts}, correct, fixed, gold, active))
+        coma = np.asarray(shape_rewards(ShapingConfig("coma_advantage", {"n_rollouts_per_prompt": n_rollouts}), correct, fixed, gold, active))
         assert np.all(coma[:, :, agent, :] == 0.0)
 
 
-def test_team_reward_tie_rule_and_masks():
-    rows = [  # agent a's votes in rounds 0..5 (one group, one rollout)
-        [2, 1, 5, 7, 3, -1],
-        [1, 2, 5, 7, 3, -1],
-        [1, 2, 6, 7, 4, -1],
-        [9, 9, 6, 7, 4, -1],
+def test_team_reward_ties_share_the_win_and_masks():
+    rows = [  # agent a's votes in rounds 0..6 (one group, one rollout)
+        [2, 1, 5, 7, 3, -1, 1],
+        [1, 2, 5, 7, 3, -1, 2],
+        [1, 2, 6, 7, 4, -1, 3],
+        [9, 9, 6, 7, 4, -1, -1],
     ]
-    votes = np.array(rows, np.int32)[None, None]  # [B=1, G=1, A=4, R=6]
+    votes = np.array(rows, np.int32)[None, None]  # [B=1, G=1, A=4, R=7]
     active = np.ones(votes.shape, bool)
     active[0, 0, 3, 0] = False  # agent 3's round-0 vote is ignored
     active[0, 0, :, 3] = False  # round 3 not played
@@ -143,19 +130,23 @@ def test_team_reward_tie_rule_and_masks():
 
     assert team(1)[0] == 1.0 and team(2)[0] == 0.0 and team(9)[0] == 0.0  # 2,1,1 -> 1
     assert team(2)[1] == 1.0 and team(1)[1] == 0.0  # 1,2,2,9 -> 2
-    assert team(5)[2] == 1.0 and team(6)[2] == 0.0  # 5,5,6,6 tie -> 5 (agent 0 first)
+    assert team(5)[2] == 0.5 and team(6)[2] == 0.5  # 5,5,6,6: a two-way tie shares the win
     assert team(7)[3] == 0.0  # nobody played
-    assert team(3)[4] == 1.0 and team(4)[4] == 0.0  # 3,3,4,4 tie -> 3
+    assert team(3)[4] == 0.5 and team(4)[4] == 0.5 and team(9)[4] == 0.0
+    assert team(1)[6] == np.float32(1) / np.float32(3) == team(3)[6]  # 1,2,3 and an empty vote
     assert np.all(team(-1) == 0.0)  # gold -1 never wins; round 5 has only empty votes
 
 
-def test_tie_goes_to_lowest_index_agent_even_when_later_votes_come_first():
-    # votes 3,4,4,3: tie between 3 and 4 -> 3, given first by agent 0
+def test_a_tie_favours_no_agent_order():
+    # votes 3,4,4,3: a tie between 3 and 4, whatever order the agents come in
     votes = np.array([3, 4, 4, 3])[None, None, :, None]
     active = np.ones(votes.shape, bool)
-    assert float(team_reward(votes, np.array([3]), active)[0, 0, 0]) == 1.0
-    active[0, 0, 0, 0] = False  # without agent 0: 4 (agent 1) has 2 votes, 3 has 1 -> 4
+    for perm in ([0, 1, 2, 3], [1, 0, 3, 2], [2, 3, 0, 1]):
+        for gold in (3, 4):
+            assert float(team_reward(votes[:, :, perm], np.array([gold]), active)[0, 0, 0]) == 0.5
+    active[0, 0, 0, 0] = False  # without agent 0: 4 has 2 votes, 3 has 1 -> 4
     assert float(team_reward(votes, np.array([4]), active)[0, 0, 0]) == 1.0
+    assert float(team_reward(votes, np.array([3]), active)[0, 0, 0]) == 0.0
 
 
 def test_hand_computed_group():
@@ -164,22 +155,24 @@ def test_hand_computed_group():
     active = np.array([[[[1, 1], [1, 1]], [[1, 0], [1, 0]]]], bool)
     gold = np.array([1], np.int32)
     correct = np.array([[[[1, 1], [0, 1]], [[0, 0], [1, 0]]]], np.float32)
-    # team: g0 r0 votes (1,0) tie -> 1 (agent 0) => 1; g0 r1 (1,1) => 1; g1 r0 (0,1) tie -> 0 => 0.
-    np.testing.assert_array_equal(team_reward(votes, gold, active)[0], [[1, 1], [0, 0]])
-    diff = np.asarray(shape_rewards("difference_rewards", {}, correct, votes, gold, active))[0]
-    # g0 r0: without a0 -> 0 wins => 1-0=1; without a1 -> 1 => 0. g0 r1: 1-1=0 both. g1 r0: without a0 -> 1 => 0-1=-1; without a1 -> 0 => 0.
-    np.testing.assert_array_equal(diff, [[[1, 0], [0, 0]], [[-1, 0], [0, 0]]])
-    coma = np.asarray(shape_rewards("coma_advantage", {"n_rollouts_per_prompt": 2}, correct, votes, gold, active))[0]
-    # g0 r0, a0: cf votes (1,0)->1, (0,0)->0: b=0.5 => 0.5. a1: (1,0)->1, (1,1)->1 => 0.
-    # g1 r0, a0: (1,1)->1, (0,1)->0 => 0-0.5=-0.5. a1: (0,1)->0, (0,0)->0 => 0.
+    # team: g0 r0 votes (1,0) tie => 1/2; g0 r1 (1,1) => 1; g1 r0 (0,1) tie => 1/2.
+    np.testing.assert_array_equal(team_reward(votes, gold, active)[0], [[0.5, 1], [0.5, 0]])
+    diff = np.asarray(shape_rewards(ShapingConfig("difference_rewards", {}), correct, votes, gold, active))[0]
+    # g0 r0: without a0 -> 0 wins => 1/2-0; without a1 -> 1 => 1/2-1. g0 r1: 1-1=0 both.
+    # g1 r0: without a0 -> 1 => 1/2-1; without a1 -> 0 => 1/2-0. The two agents are treated alike.
+    np.testing.assert_array_equal(diff, [[[0.5, 0], [-0.5, 0]], [[-0.5, 0], [0.5, 0]]])
+    coma = np.asarray(shape_rewards(ShapingConfig("coma_advantage", {"n_rollouts_per_prompt": 2}), correct, votes, gold, active))[0]
+    # g0 r0, a0: cf votes (1,0)->1/2, (0,0)->0: b=1/4 => 1/4. a1: (1,0)->1/2, (1,1)->1: b=3/4 => -1/4.
+    # g1 r0, a0: (1,1)->1, (0,1)->1/2 => 1/2-3/4. a1: (0,0)->0, (0,1)->1/2 => 1/2-1/4.
     # round 1 only played by g0: b = team => 0.
-    np.testing.assert_array_equal(coma, [[[0.5, 0], [0, 0]], [[-0.5, 0], [0, 0]]])
-    pbrs = np.asarray(shape_rewards("potential_based", {"gamma": 0.5, "potential_type": "debate_length"}, correct, votes, gold, active))[0]
+    np.testing.assert_array_equal(coma, [[[0.25, 0], [-0.25, 0]], [[-0.25, 0], [0.25, 0]]])
+    pbrs = np.asarray(shape_rewards(ShapingConfig("potential_based", {"gamma": 0.5, "potential_type": "debate_length"}), correct, votes, gold, active))[0]
     # Phi(r0)=0, Phi(r1)=-1/2. g0: r0 = c + 0.5*(-0.5) - 0 = c - 0.25; r1 = c + 0 + 0.5. g1: r0 = c (no next round).
     np.testing.assert_array_equal(pbrs, [[[0.75, 1.5], [-0.25, 1.5]], [[0, 0], [1, 0]]])
-    agree = np.asarray(shape_rewards("potential_based", {"gamma": 0.5, "potential_type": "agreement"}, correct, votes, gold, active))[0]
-    # g0: Phi(r0) = 1/2 (tie), Phi(r1) = 1. r0 = c + 0.5 - 0.5 = c; r1 = c - 1. g1: Phi(r0)=1/2, r0 = c - 0.5.
-    np.testing.assert_array_equal(agree, [[[1, 0], [0, 0]], [[-0.5, 0], [0.5, 0]]])
+    agree = np.asarray(shape_rewards(ShapingConfig("potential_based", {"gamma": 0.5, "potential_type": "agreement"}), correct, votes, gold, active))[0]
+    # Phi(r) is round r-1's agreement: Phi(r0) = 0; g0: Phi(r1) = 1/2 (round 0 votes 1, 0: a tie).
+    # g0: r0 = c + 0.5 * 0.5 - 0 = c + 0.25; r1 = c + 0 - 0.5. g1 (stopped): r0 = c + 0 - 0 = c.
+    np.testing.assert_array_equal(agree, [[[1.25, 0.5], [0.25, 0.5]], [[0, 0], [1, 0]]])
 
 
 def _count_compiles(fn):
@@ -204,7 +197,7 @@ def test_repeated_calls_compile_once_and_float_params_are_traced():
     def calls(strategy, params_list, batch=(c, v, g, a)):
         def run():
             for params in params_list:
-                shape_rewards(strategy, params, *batch).block_until_ready()
+                shape_rewards(ShapingConfig(strategy, params), *batch).block_until_ready()
         return run
 
     assert _count_compiles(calls("coma_advantage", [{"n_rollouts_per_prompt": 3}] * 4)) == 1
@@ -218,6 +211,17 @@ def test_repeated_calls_compile_once_and_float_params_are_traced():
     assert _count_compiles(calls("reward_mixing", [{"alpha": 0.5}] * 3, (c3, v3, g3, a3))) == 1
     # a different static param is a different program
     assert _count_compiles(calls("potential_based", [{"gamma": 0.9, "potential_type": "debate_length"}] * 2)) == 1
+
+    # the credit mode is static (one program each), the discount traced (no recompile when swept)
+    def returns(discounts):
+        def run():
+            for d in discounts:
+                cfg = ShapingConfig("reward_mixing", {"alpha": 0.5}, credit="return", discount=d)
+                shape_rewards(cfg, c, v, g, a).block_until_ready()
+        return run
+
+    assert _count_compiles(returns([1.0, 0.9, 0.5])) == 1
+    assert _count_compiles(returns([0.7])) == 0
 
 
 TRACES: list[int] = []
@@ -235,12 +239,12 @@ def test_a_sixth_strategy_is_one_decorated_function():
     c, v, g, a = mixed_batch(3, 2, 2, 3, 2)
     before = len(TRACES)
     for scale in (0.5, 0.25, 1.0):
-        out = shape_rewards("test_scaled_correct", {"scale": scale}, c, v, g, a)
+        out = shape_rewards(ShapingConfig("test_scaled_correct", {"scale": scale}), c, v, g, a)
         np.testing.assert_array_equal(out, np.where(a, np.float32(scale) * c, 0.0))
     assert len(TRACES) - before == 1  # traced once: vmapped, jitted, scale traced
     assert "test_scaled_correct" in list_strategies()
     with pytest.raises(Exception, match=r"shaping.params.scale must be in \[0, 1\]"):
-        shape_rewards("test_scaled_correct", {"scale": 2.0}, c, v, g, a)
+        shape_rewards(ShapingConfig("test_scaled_correct", {"scale": 2.0}), c, v, g, a)
 
 
 def test_shape_rewards_is_usable_inside_a_callers_jit():
@@ -248,7 +252,7 @@ def test_shape_rewards_is_usable_inside_a_callers_jit():
 
     @jax.jit
     def step(c, v, g, a):
-        return jnp.sum(shape_rewards("difference_rewards", {}, c, v, g, a))
+        return jnp.sum(shape_rewards(ShapingConfig("difference_rewards", {}), c, v, g, a))
 
     expected = ref.shape_batch("difference_rewards", {}, c, v, g, a).sum()
     assert float(step(c, v, g, a)) == pytest.approx(float(expected))

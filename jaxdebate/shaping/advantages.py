@@ -17,6 +17,13 @@ from jaxdebate.errors import ConfigError
 ESTIMATORS = ("grpo", "rloo")
 GROUPINGS = ("prompt", "agent_round")
 
+# A group whose active members' credits spread by at most ZERO_SIGNAL_TOL * max(1, |hi|, |lo|) is
+# zero-signal: its advantages are exactly 0 and the sample filter drops it. Credit that is constant
+# in exact arithmetic can differ by a few float32 roundings (1e-8..1e-7, e.g. agreement PBRS under
+# return credit), which grpo would otherwise divide by (std + eps) into advantages of ~+-0.03. The
+# one tolerance shared by `compute_advantages` and `filters.sample_filter` (via `zero_signal_groups`).
+ZERO_SIGNAL_TOL = 1e-6
+
 
 def group_axes(grouping: str) -> tuple[int, ...]:
     """The axes of [B, G, A, R] that one advantage group reduces over."""
@@ -36,12 +43,24 @@ def masked_group_stats(x, active, grouping: str):
     return total, count, total / jnp.maximum(count, 1.0)
 
 
+def zero_signal_groups(shaped, active, grouping: str):
+    """bool, broadcastable to [B, G, A, R]: the group's active members share one credit up to
+    float32 rounding, hi - lo <= ZERO_SIGNAL_TOL * max(1, |hi|, |lo|) (a singleton included).
+    A group without an active member is reported too (hi = -inf, lo = inf); callers mask it."""
+    axes = group_axes(grouping)
+    hi = jnp.max(jnp.where(active, shaped, -jnp.inf), axis=axes, keepdims=True)
+    lo = jnp.min(jnp.where(active, shaped, jnp.inf), axis=axes, keepdims=True)
+    scale = jnp.maximum(1.0, jnp.maximum(jnp.abs(hi), jnp.abs(lo)))
+    return hi - lo <= ZERO_SIGNAL_TOL * scale
+
+
 @functools.partial(jax.jit, static_argnames=("estimator", "grouping"))
 def compute_advantages(shaped, active, *, estimator: str, grouping: str, eps=1e-6):
     """Advantages f32 [B, G, A, R] (0 where inactive).
 
     grpo: (x - mean) / (std + eps) over the group's active members (population std);
     rloo: x - mean of the group's OTHER active members (0 for a singleton group).
+    A zero-signal group (`zero_signal_groups`: credits equal up to ZERO_SIGNAL_TOL) gets exactly 0.
     """
     if estimator not in ESTIMATORS:
         raise ConfigError(f"advantage estimator must be one of {', '.join(ESTIMATORS)}, got {estimator!r}")
@@ -55,4 +74,5 @@ def compute_advantages(shaped, active, *, estimator: str, grouping: str, eps=1e-
     else:
         others = jnp.maximum(count - 1.0, 1.0)
         adv = jnp.where(count > 1.0, shaped - (total - shaped) / others, 0.0)
-    return jnp.where(active, adv, 0.0)
+    flat = zero_signal_groups(shaped, active, grouping)
+    return jnp.where(active & ~flat, adv, 0.0)

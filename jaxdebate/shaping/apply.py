@@ -1,28 +1,29 @@
-"""Batch entry point: validate, then run `jit(vmap(strategy))` over a batch of groups."""
+"""Batch entry point: validate, then run `jit(vmap(strategy))` and the credit mode over a batch of groups."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxdebate.shaping.config import ShapingConfig
+from jaxdebate.shaping.credit import apply_credit
 from jaxdebate.shaping.registry import STRATEGIES, Group
 
 
-@functools.partial(jax.jit, static_argnames=("strategy", "static_params"))
-def _shape_batch(correct, votes, gold, active, traced_params, *, strategy, static_params):
-    """jit(vmap(strategy)) over the leading group axis. Compiles once per (strategy, static params,
-    shapes); float params are traced, so sweeping gamma/alpha reuses the executable."""
+@functools.partial(jax.jit, static_argnames=("strategy", "static_params", "credit"))
+def _shape_batch(correct, votes, gold, active, traced_params, discount, *, strategy, static_params, credit):
+    """jit(vmap(strategy)), then the credit mode, over the leading group axis. Compiles once per
+    (strategy, static params, credit mode, shapes); float params and the discount are traced, so
+    sweeping gamma/alpha/discount reuses the executable."""
     fn = STRATEGIES[strategy].fn
     params = {**dict(static_params), **traced_params}
 
     def one_group(c, v, g, a):
         shaped = fn(Group(c, v, g, a), params)
-        return jnp.where(a, shaped.astype(jnp.float32), 0.0)
+        return apply_credit(jnp.where(a, shaped.astype(jnp.float32), 0.0), a, credit, discount)
 
     return jax.vmap(one_group)(correct, votes, gold, active)
 
@@ -44,29 +45,22 @@ def _check_inputs(correct, votes, gold, active):
     return shapes[0]
 
 
-def shape_rewards(strategy: str | ShapingConfig, *args) -> jax.Array:
-    """Shaped rewards f32 [B, G, A, R] (0 where inactive) for a batch of B groups (DESIGN §4).
+def shape_rewards(config: ShapingConfig, correct, votes, gold, active) -> jax.Array:
+    """Per-turn credit f32 [B, G, A, R] (0 where inactive) for a batch of B groups (DESIGN §4): each
+    turn's shaped reward under ``config.credit == "turn"``, the discounted return of the agent's
+    shaped rewards under ``"return"``. Advantages are computed from this.
 
-    Two forms: ``shape_rewards(config, correct, votes, gold, active)`` with a ``ShapingConfig`` (already
-    validated; what the trainer passes), or ``shape_rewards(strategy, params, correct, votes, gold,
-    active)``, whose params are validated here. correct f32 [B, G, A, R]; votes i32 [B, G, A, R] (-1 =
-    no answer); gold i32 [B] (-1 = none correct); active bool [B, G, A, R]. Everything, including
-    coma's n_rollouts_per_prompt == G, is checked (ConfigError / ValueError) before any compute.
+    config: a validated ``ShapingConfig``. correct f32 [B, G, A, R]; votes i32 [B, G, A, R] (-1 = no
+    answer); gold i32 [B] (-1 = none correct); active bool [B, G, A, R]. Shapes, dtypes and coma's
+    n_rollouts_per_prompt == G are checked (ValueError / ConfigError) before any compute.
     """
-    if isinstance(strategy, ShapingConfig):
-        cfg, arrays = strategy, args
-    elif args:
-        cfg, arrays = ShapingConfig(strategy, args[0]), args[1:]
-    else:
-        raise TypeError("shape_rewards(strategy, params, correct, votes, gold, active): params missing")
-    if len(arrays) != 4:
-        raise TypeError("shape_rewards takes (config, correct, votes, gold, active) or (strategy, params, "
-                        f"correct, votes, gold, active); got {len(arrays)} arrays after the strategy")
-    correct, votes, gold, active = arrays
+    if not isinstance(config, ShapingConfig):
+        raise TypeError("shape_rewards(config, correct, votes, gold, active): config must be a "
+                        f"ShapingConfig, got {type(config).__name__}")
     shape = _check_inputs(correct, votes, gold, active)
-    cfg.check_group_size(shape[1])
-    spec = STRATEGIES[cfg.strategy]
-    static, traced = spec.split(cfg.params)
+    config.check_group_size(shape[1])
+    spec = STRATEGIES[config.strategy]
+    static, traced = spec.split(config.params)
     traced = {k: jnp.float32(v) for k, v in traced.items()}
     return _shape_batch(
         jnp.asarray(correct, jnp.float32),
@@ -74,6 +68,8 @@ def shape_rewards(strategy: str | ShapingConfig, *args) -> jax.Array:
         jnp.asarray(gold, jnp.int32),
         jnp.asarray(active, bool),
         traced,
-        strategy=cfg.strategy,
+        jnp.float32(config.discount),
+        strategy=config.strategy,
         static_params=static,
+        credit=config.credit,
     )

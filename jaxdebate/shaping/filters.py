@@ -7,7 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxdebate.shaping.advantages import group_axes
+from jaxdebate.shaping.advantages import group_axes, zero_signal_groups
 
 
 def _safe_ratio(num, den):
@@ -20,7 +20,9 @@ def sample_filter(shaped, active, truncated, *, grouping: str, drop_zero_signal:
     """(keep bool [B, G, A, R], stats) for the training samples.
 
     A group (see `advantages.GROUPINGS`) has zero signal when all its active members share one
-    shaped reward (a singleton included): its group-baseline advantages are all 0. Stats (f32):
+    credit up to float32 rounding, hi - lo <= ZERO_SIGNAL_TOL * max(1, |hi|, |lo|) (a singleton
+    included; `advantages.zero_signal_groups`, the same test `compute_advantages` zeroes such a
+    group's advantages with): its group-baseline advantages are all exactly 0. Stats (f32):
     `zero_advantage_fraction` (zero-signal groups / groups with an active member),
     `truncated_fraction` (truncated / active turns), `kept_fraction` (kept / active turns),
     `n_groups`, `n_active`, `n_kept`. Stats are computed whether or not the filters drop anything.
@@ -29,10 +31,8 @@ def sample_filter(shaped, active, truncated, *, grouping: str, drop_zero_signal:
     active = jnp.asarray(active, bool)
     truncated = jnp.asarray(truncated, bool) & active
     axes = group_axes(grouping)
-    hi = jnp.max(jnp.where(active, shaped, -jnp.inf), axis=axes, keepdims=True)
-    lo = jnp.min(jnp.where(active, shaped, jnp.inf), axis=axes, keepdims=True)
     has_member = jnp.any(active, axis=axes, keepdims=True)
-    zero_signal = has_member & (hi == lo)
+    zero_signal = has_member & zero_signal_groups(shaped, active, grouping)
     keep = active
     if drop_zero_signal:
         keep = keep & ~zero_signal

@@ -18,8 +18,9 @@ def reward_metrics(correct, shaped, team, active) -> dict[str, jax.Array]:
 
     correct/shaped f32 [B, G, A, R], team f32 [B, G, R], active bool [B, G, A, R]. Keys (stable for
     given A, R): reward/{raw,shaped}/mean, reward/{raw,shaped}/agent_{a}, reward/{raw,shaped}/round_{r},
-    accuracy/team (team reward of each played debate's last played round, i.e. the debate's answer),
-    accuracy/team/round_{r} (over the debates that played round r).
+    accuracy/team (team reward of each played debate's last played round: the debate's answer, a
+    tie counted as its expected win 1/k), accuracy/team/round_{r} (over the debates that played
+    round r). `shaped` is the per-turn credit `shape_rewards` returns (the return under credit="return").
     """
     correct = jnp.asarray(correct, jnp.float32)
     shaped = jnp.asarray(shaped, jnp.float32)

@@ -1,26 +1,24 @@
-"""Plurality vote of a debate round and the team reward (DESIGN §3-4), as pure array functions.
+"""Plurality vote of a debate round and the team reward the strategies use (DESIGN §4), as pure
+array functions.
 
 A vote is *valid* when its turn is active and the vote is non-empty (>= 0); only valid votes count.
-Ties: among the tied answers, the one given first by the lowest-index agent wins (DESIGN §3).
+Ties share the win: when k answers tie for the most votes, the team reward is 1/k if gold is one of
+them, else 0 — the expected win under a uniformly random tie-break. A fixed tie rule (for example
+"the answer given first by the lowest-index agent", which the *reported* debate answer in
+`jaxdebate.debate` keeps) would make credit depend on agent order.
 
-The winner is found without argmax: agent b gets the key `count_b * (A + 1) + (A - b)`, which is
-largest exactly for the first agent holding the largest count, so "the plurality answer is gold"
-is "the best key among gold voters equals the best key among all valid voters". Every helper takes
-an explicit agent axis and leaves it in place, so the strategies evaluate many (counterfactual) vote
-vectors at once as extra array axes, without a loop.
+k needs no argmax or distinct-answer count: each tied answer has exactly `best` voters, so
+k = (valid voters holding the best count) / best. Every helper takes an explicit agent axis and
+leaves it in place, so the strategies evaluate many (counterfactual) vote vectors at once as extra
+array axes, without a loop.
 """
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
-
-
-def _along(n: int, ndim: int, axis: int):
-    """arange(n) shaped to broadcast along `axis` of an ndim array."""
-    shape = [1] * ndim
-    shape[axis] = n
-    return jnp.arange(n, dtype=jnp.int32).reshape(shape)
 
 
 def pair_equal(votes, valid, axis: int):
@@ -33,32 +31,43 @@ def vote_counts(votes, valid, axis: int):
     return jnp.sum(pair_equal(votes, valid, axis), axis=axis + 1, dtype=jnp.int32)
 
 
-def gold_wins(valid, is_gold, counts, axis: int):
-    """f32 1.0 where the plurality answer over `axis` is gold; 0 when no valid vote is gold.
+def tied_winners(valid, is_gold, counts, axis: int):
+    """(gold_top bool, k int32) with `axis` reduced: gold is among the k answers tied for the most
+    valid votes (k = 0 and gold_top False without a valid vote).
 
     valid: the vote counts; is_gold: valid and equal to gold; counts: `vote_counts` of each agent
-    (only read where valid). All three share one shape; `axis` is reduced.
+    (only read where valid). All three share one shape.
     """
-    n = valid.shape[axis]
-    key = counts * (n + 1) + (n - _along(n, valid.ndim, axis))  # >= 1 for a valid vote
-    best = jnp.max(jnp.where(valid, key, 0), axis=axis)
-    best_gold = jnp.max(jnp.where(is_gold, key, 0), axis=axis)
-    return ((best_gold == best) & (best_gold > 0)).astype(jnp.float32)
+    best = jnp.max(jnp.where(valid, counts, 0), axis=axis)
+    best_gold = jnp.max(jnp.where(is_gold, counts, 0), axis=axis)
+    n_top = jnp.sum(valid & (counts == jnp.expand_dims(best, axis)), axis=axis, dtype=jnp.int32)
+    return (best_gold == best) & (best > 0), n_top // jnp.maximum(best, 1)
 
 
-def plurality_is_gold(votes, valid, gold, axis: int):
-    """f32 1.0 where the plurality of the valid votes over `axis` equals `gold` (gold >= 0).
+def gold_share(valid, is_gold, counts, axis: int):
+    """Team reward f32: 1/k where gold is among the k tied plurality answers over `axis`, else 0."""
+    gold_top, k = tied_winners(valid, is_gold, counts, axis)
+    return jnp.where(gold_top, 1.0 / jnp.maximum(k, 1).astype(jnp.float32), 0.0)
 
-    `gold` must broadcast against `votes`. No valid vote, or gold < 0, gives 0.
-    """
-    is_gold = valid & (votes == gold) & (gold >= 0)
-    return gold_wins(valid, is_gold, vote_counts(votes, valid, axis), axis)
+
+def share_unit(n_agents: int) -> int:
+    """lcm(1..A): the team reward in these units, unit // k, is an integer for every tie size k."""
+    return math.lcm(*range(1, n_agents + 1))
+
+
+def gold_share_units(valid, is_gold, counts, axis: int, unit: int):
+    """`gold_share` times `unit` (a multiple of every k, see `share_unit`) as an exact int32, so
+    sums of team rewards are exact in any order."""
+    gold_top, k = tied_winners(valid, is_gold, counts, axis)
+    return jnp.where(gold_top, unit // jnp.maximum(k, 1), 0)
 
 
 def plurality_agreement(votes, valid, present, axis: int):
     """Fraction of the `present` agents that voted for the plurality answer (0 with no valid vote).
 
-    This is the `agreement` potential of DESIGN §4: present = the agents active in the round.
+    The PBRS `agreement` potential of round r is this measured on round r - 1 (present = the
+    agents active in round r - 1), and 0 for round 0 (`strategies.potential_based`). Ties
+    do not change it (every tied answer has the same count).
     """
     top = jnp.max(vote_counts(votes, valid, axis), axis=axis).astype(jnp.float32)
     n_present = jnp.sum(present, axis=axis, dtype=jnp.int32).astype(jnp.float32)
@@ -67,7 +76,9 @@ def plurality_agreement(votes, valid, present, axis: int):
 
 @jax.jit
 def team_reward(votes, gold, active):
-    """Team reward [..., G, R]: 1.0 where the plurality of the active, non-empty votes equals gold.
+    """Team reward f32 [..., G, R] of each played round, with ties sharing the win: 1/k where gold
+    is among the k answers tied for the most active, non-empty votes, else 0 (the expected win
+    under a uniformly random tie-break; the strategies' team term, also logged as team accuracy).
 
     votes i32 [..., G, A, R], gold i32 [...], active bool [..., G, A, R]. gold < 0 or a round
     without a valid vote gives 0. Votes of inactive turns are ignored.
@@ -76,4 +87,6 @@ def team_reward(votes, gold, active):
     active = jnp.asarray(active, dtype=bool)
     gold = jnp.asarray(gold)[..., None, None, None]
     valid = active & (votes >= 0)
-    return plurality_is_gold(votes, valid, gold, axis=votes.ndim - 2)
+    is_gold = valid & (votes == gold) & (gold >= 0)
+    axis = votes.ndim - 2
+    return gold_share(valid, is_gold, vote_counts(votes, valid, axis), axis)
