@@ -1,7 +1,9 @@
-"""Compare strategies across a sweep: curves (mean ± std over seeds), final-accuracy table, PNG plots.
+"""Compare strategies across a sweep: curves (mean over seeds with a t 95% band or ±1 SD, ddof=1),
+the final-accuracy table, the seed-level comparison (:mod:`jaxdebate.sweep_stats`), PNG plots.
 
     python -m jaxdebate.analysis runs/sweep --out runs/sweep/plots
     python -m jaxdebate.analysis runs/arithmetic --results results/arithmetic   # committable artefacts
+    python -m jaxdebate.analysis runs/sweep --results results/x --endpoint final_debate_accuracy
 
 A sweep directory holds one workdir per run (``<strategy>-seed<seed>``, each with ``metrics.jsonl``);
 :mod:`jaxdebate.sweep` makes them, but any directories of runs laid out that way work.
@@ -23,14 +25,32 @@ import numpy as np
 
 from jaxdebate.metrics import METRICS_FILE, read_metrics
 from jaxdebate.shaping import config_names
-from jaxdebate.stats import permutation_anova, t_interval, two_proportion_test, wilson_interval
+from jaxdebate.stats import t_quantile
+from jaxdebate.sweep_stats import (  # noqa: F401  (run_summary ... are this module's API too)
+    ENDPOINTS,
+    INITIAL,
+    VALIDATION_DIR,
+    VAL_DEBATE,
+    VAL_DEBATE_HELDOUT,
+    VAL_SINGLE,
+    compare_strategies,
+    format_comparison,
+    format_strategy_table,
+    format_summary,
+    metric_number,
+    run_item_test,
+    run_item_tests,
+    run_summary,
+    step_files,
+    strategy_table,
+    summarize,
+)
 
 # Metric names written by the trainer (jaxdebate.rl.trainer) that the comparison plots use.
 REWARD_RAW = "train/reward/raw/mean"
 REWARD_SHAPED = "train/reward/shaped/mean"
 ZERO_ADVANTAGE = "train/zero_advantage_fraction"
 KL = "learner/kl"
-VAL_DEBATE = "val/accuracy/debate"
 VAL_AGENT_PREFIX = "val/accuracy/agent_"
 VAL_ALL = "val/accuracy"
 
@@ -48,7 +68,7 @@ class Run:
 
     def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         """``(steps, values)`` of one metric over the run (records without it are skipped)."""
-        points = [(r["step"], _number(r[key])) for r in self.records if key in r and "step" in r]
+        points = [(r["step"], metric_number(r[key])) for r in self.records if key in r and "step" in r]
         points = [(s, v) for s, v in points if v is not None]
         if not points:
             return np.zeros(0, dtype=int), np.zeros(0)
@@ -57,17 +77,6 @@ class Run:
 
     def keys(self) -> set[str]:
         return {k for r in self.records for k in r}
-
-
-def _number(x: Any) -> float | None:
-    if isinstance(x, bool) or x is None:
-        return None
-    if isinstance(x, (int, float)):
-        return float(x)
-    try:  # NaN/inf are stored as strings
-        return float(x)
-    except (TypeError, ValueError):
-        return None
 
 
 def _split_name(name: str) -> tuple[str, int | None]:
@@ -105,14 +114,16 @@ def load_sweep(sweep_dir: str | Path) -> list[Run]:
 
 
 def final_metrics(workdir: str | Path) -> dict[str, Any]:
-    """The last logged step and the last validation debate accuracy of one run ({} if none yet)."""
+    """The last logged step and the last validation debate accuracy of one run ({} if none yet): the
+    held-out debate's (``val/debate/...``) when the run validated both modes, else the only one."""
     path = Path(workdir) / METRICS_FILE
     if not path.is_file():
         return {}
     records = read_metrics(path)
     out: dict[str, Any] = {"step": max((r.get("step", 0) for r in records), default=None)}
+    key = VAL_DEBATE_HELDOUT if any(VAL_DEBATE_HELDOUT in r for r in records) else VAL_DEBATE
     for r in reversed(records):
-        value = _number(r.get(VAL_DEBATE))
+        value = metric_number(r.get(key))
         if value is not None:
             out["accuracy"] = value
             out["accuracy_step"] = r.get("step")
@@ -129,14 +140,16 @@ def strategies(runs: Sequence[Run]) -> list[str]:
 
 
 def aggregate(runs: Sequence[Run], key: str) -> dict[str, dict[str, np.ndarray]]:
-    """Per strategy: ``steps``, ``mean``, ``std`` and ``n`` (seeds with a value) of one metric.
+    """Per strategy: ``steps``, ``mean``, ``std`` (ddof=1), ``ci95`` (half-width of the t 95%
+    interval of the mean) and ``n`` (seeds with a value) of one metric.
 
-    Steps are the union over seeds; at each step the mean/std are over the seeds that logged it.
+    Steps are the union over seeds; at each step the statistics are over the seeds that logged it
+    (spread and interval 0 where fewer than two did).
     """
     out: dict[str, dict[str, np.ndarray]] = {}
     for strategy in strategies(runs):
         per_seed = [r.series(key) for r in runs if r.strategy == strategy]
-        per_seed = [(s, v) for s, v in per_seed if len(s)]
+        per_seed = [(s, v) for s, v in per_seed if np.any(np.isfinite(v))]  # NaN: an agent never played
         if not per_seed:
             continue
         steps = np.unique(np.concatenate([s for s, _ in per_seed]))
@@ -147,19 +160,23 @@ def aggregate(runs: Sequence[Run], key: str) -> dict[str, dict[str, np.ndarray]]
         with np.errstate(invalid="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # steps no seed logged: NaN, said by n == 0
             mean = np.nanmean(table, axis=0)
-            std = np.where(n > 1, np.nanstd(table, axis=0), 0.0)
-        out[strategy] = {"steps": steps, "mean": mean, "std": std, "n": n}
+            std = np.where(n > 1, np.nanstd(table, axis=0, ddof=1), 0.0)
+        t = np.array([t_quantile(0.975, k - 1) if k > 1 else 0.0 for k in n])
+        ci95 = t * std / np.sqrt(np.maximum(n, 1))
+        out[strategy] = {"steps": steps, "mean": mean, "std": std, "ci95": ci95, "n": n}
     return out
 
 
 def final_accuracy_table(runs: Sequence[Run]) -> list[dict[str, Any]]:
-    """Per strategy: final validation accuracy (debate plurality, each agent, all turns), mean and
-    std over seeds, with the number of seeds that reached a validation."""
+    """Per strategy: final validation accuracy (debate plurality, each agent, all turns; both modes
+    when validation ran both), mean and SD (ddof=1) over seeds, with the number of seeds that
+    reached a validation."""
     rows = []
     for strategy in strategies(runs):
         members = [r for r in runs if r.strategy == strategy]
         row: dict[str, Any] = {"strategy": strategy, "seeds": len(members)}
-        keys = [VAL_DEBATE, VAL_ALL] + sorted(
+        keys = [k for k in (VAL_DEBATE_HELDOUT, VAL_SINGLE) if any(k in r.keys() for r in members)]
+        keys += [VAL_DEBATE, VAL_ALL] + sorted(
             {k for r in members for k in r.keys() if k.startswith(VAL_AGENT_PREFIX)}
         )
         for key in keys:
@@ -170,14 +187,14 @@ def final_accuracy_table(runs: Sequence[Run]) -> list[dict[str, Any]]:
                     finals.append(values[-1])
             short = key.removeprefix("val/")
             row[short] = float(np.mean(finals)) if finals else None
-            row[f"{short}/std"] = float(np.std(finals)) if len(finals) > 1 else (0.0 if finals else None)
+            row[f"{short}/std"] = float(np.std(finals, ddof=1)) if len(finals) > 1 else (0.0 if finals else None)
             row[f"{short}/n"] = len(finals)
         rows.append(row)
     return rows
 
 
 def format_accuracy_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The final-accuracy table as aligned text (mean ± std over seeds)."""
+    """The final-accuracy table as aligned text (mean ± SD over seeds, ddof=1)."""
     if not rows:
         return "(no runs)"
     metric_keys = list(dict.fromkeys(
@@ -222,8 +239,9 @@ def _pyplot():
 
 
 def plot_metric(runs: Sequence[Run], key: str, *, ax=None, title: str | None = None, linestyle: str = "-",
-                label_suffix: str = ""):
-    """One metric over training steps, one line per strategy (mean over seeds, band = ±1 std)."""
+                label_suffix: str = "", band: str = "sd"):
+    """One metric over training steps, one line per strategy (mean over seeds; band ``"sd"``: ±1 SD,
+    ddof=1, or ``"ci95"``: the t 95% interval of the mean)."""
     plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
@@ -235,7 +253,8 @@ def plot_metric(runs: Sequence[Run], key: str, *, ax=None, title: str | None = N
         ax.plot(c["steps"], c["mean"], linestyle, color=color, marker="o", markersize=3,
                 label=f"{strategy}{label_suffix}")
         if np.any(c["n"] > 1):
-            ax.fill_between(c["steps"], c["mean"] - c["std"], c["mean"] + c["std"], color=color, alpha=0.15)
+            half = c["ci95"] if band == "ci95" else c["std"]
+            ax.fill_between(c["steps"], c["mean"] - half, c["mean"] + half, color=color, alpha=0.15)
     ax.set_xlabel("training step")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title or key)
@@ -252,7 +271,7 @@ def _two_panels(runs: Sequence[Run], left: tuple[str, str], right: tuple[str, st
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, (key, title) in zip(axes, (left, right)):
-        plot_metric(runs, key, ax=ax, title=title)
+        plot_metric(runs, key, ax=ax, title=f"{title}, mean ± SD over seeds")
     fig.tight_layout()
     return fig
 
@@ -264,19 +283,28 @@ def plot_rewards(runs: Sequence[Run]):
 
 
 def plot_validation(runs: Sequence[Run]):
-    """Validation accuracy per strategy: debate plurality (left) and each agent (right)."""
+    """Held-out accuracy per strategy, mean with its t 95% interval over seeds: the debate (left) and
+    the single agent (right) when validation ran both modes; else the debate plurality (left) and
+    each agent (right, ±1 SD)."""
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    plot_metric(runs, VAL_DEBATE, ax=left, title="validation accuracy (debate plurality)")
-    agent_keys = sorted({k for r in runs for k in r.keys() if k.startswith(VAL_AGENT_PREFIX)})
+    keys = {k for r in runs for k in r.keys()}
+    if VAL_DEBATE_HELDOUT in keys or VAL_SINGLE in keys:
+        plot_metric(runs, VAL_DEBATE_HELDOUT, ax=left, band="ci95",
+                    title="held-out debate accuracy, mean ± 95% CI over seeds")
+        plot_metric(runs, VAL_SINGLE, ax=right, band="ci95",
+                    title="held-out single-agent accuracy, mean ± 95% CI over seeds")
+        fig.tight_layout()
+        return fig
+    plot_metric(runs, VAL_DEBATE, ax=left, band="ci95",
+                title="held-out accuracy (debate plurality / one agent), mean ± 95% CI")
+    agent_keys = sorted(k for k in keys if k.startswith(VAL_AGENT_PREFIX) and aggregate(runs, k))
     styles = ["-", "--", ":", "-."]
-    curves_drawn = False
+    curves_drawn = bool(agent_keys)
     for j, key in enumerate(agent_keys):
-        if aggregate(runs, key):
-            curves_drawn = True
         plot_metric(runs, key, ax=right, linestyle=styles[j % len(styles)],
                     label_suffix=f" / agent {key.removeprefix(VAL_AGENT_PREFIX)}",
-                    title="validation accuracy per agent")
+                    title="validation accuracy per agent, mean ± SD")
     if not curves_drawn:
         plot_metric(runs, f"{VAL_AGENT_PREFIX}0", ax=right, title="validation accuracy per agent")
     fig.tight_layout()
@@ -288,14 +316,72 @@ def plot_training_signal(runs: Sequence[Run]):
     return _two_panels(runs, (ZERO_ADVANTAGE, "zero-advantage fraction"), (KL, "KL to reference (k3)"))
 
 
+def _interval_panel(ax, entries: Sequence[dict[str, Any]], value: str, title: str, zero_label: str,
+                    colors: dict[str, str]):
+    """Horizontal mean ± paired 95% interval per entry (first on top), annotated with p and Holm's p."""
+    for y, e in enumerate(entries):
+        mean, ci, color = e[value], e.get("ci95"), colors.get(e["strategy"], "k")
+        if mean is None:
+            continue
+        if ci:
+            ax.errorbar(mean, y, xerr=[[mean - ci[0]], [ci[1] - mean]], fmt="o", color=color, capsize=4)
+        else:
+            ax.plot(mean, y, "o", color=color)
+        note = "one seed" if e.get("p") is None else f"p={e['p']:.2g}, Holm p={e['p_holm']:.2g}"
+        ax.annotate(note, (mean, y), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=7)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_yticks(range(len(entries)), [e["strategy"] for e in entries], fontsize=8)
+    ax.set_ylim(len(entries) - 0.4, -0.6)
+    ax.set_xlabel(zero_label)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3, axis="x")
+
+
+def plot_comparison(runs: Sequence[Run], endpoint: str = "final_accuracy", baseline: str = "identity"):
+    """The seed-level comparison on ``endpoint``: each seed's value per strategy (a line per seed:
+    the block), each strategy minus ``baseline`` on the same seed (paired 95% CI, p and Holm's p),
+    and each strategy's gain over step 0 (paired over seeds)."""
+    plt = _pyplot()
+    names = strategies(runs)
+    colors = {n: f"C{i}" for i, n in enumerate(names)}  # as in the curves
+    rows = [run_summary(r) for r in sorted(runs, key=lambda r: names.index(r.strategy))]
+    comparison = compare_strategies(rows, baseline, endpoint)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    seeds = sorted({r["seed"] for r in rows if r.get(endpoint) is not None}, key=lambda k: (k is None, k))
+    for j, seed in enumerate(seeds):
+        by = {r["strategy"]: r[endpoint] for r in rows if r["seed"] == seed and r.get(endpoint) is not None}
+        xs = [i for i, n in enumerate(names) if n in by]
+        axes[0].plot(xs, [by[names[i]] for i in xs], "o-", color=f"C{j}", alpha=0.8, label=f"seed {seed}")
+    axes[0].set_xticks(range(len(names)), names, rotation=20, fontsize=8)
+    axes[0].set_title(f"{endpoint} per seed (a seed fixes data order and sampling)", fontsize=9)
+    axes[0].grid(alpha=0.3)
+    if seeds:
+        axes[0].legend(fontsize=7)
+    b = comparison["blocked"]
+    if b:
+        axes[0].set_xlabel(f"blocked ANOVA: strategy p={b['strategy_p']:.2g}, seed p={b['seed_p']:.2g}", fontsize=8)
+    _interval_panel(axes[1], comparison["vs_baseline"], "mean_difference",
+                    f"strategy − {baseline}, same seed (paired 95% CI)", "difference in accuracy", colors)
+    if comparison["learning"]:
+        _interval_panel(axes[2], comparison["learning"], "mean_gain",
+                        "final − step 0, same seed (paired 95% CI)", "gain in accuracy", colors)
+    else:
+        axes[2].text(0.5, 0.5, f"no step-0 value for {endpoint}", ha="center", va="center",
+                     transform=axes[2].transAxes)
+    fig.tight_layout()
+    return fig
+
+
 PLOTS = {
     "rewards.png": plot_rewards,
     "validation_accuracy.png": plot_validation,
     "training_signal.png": plot_training_signal,
+    "comparison.png": plot_comparison,
 }
 
 
-def write_plots(sweep_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
+def write_plots(sweep_dir: str | Path, out_dir: str | Path | None = None,
+                endpoint: str = "final_accuracy") -> list[Path]:
     """Write every comparison plot of a sweep as PNG files (default ``<sweep_dir>/plots``)."""
     plt = _pyplot()
     runs = load_sweep(sweep_dir)
@@ -303,152 +389,43 @@ def write_plots(sweep_dir: str | Path, out_dir: str | Path | None = None) -> lis
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, fn in PLOTS.items():
-        fig = fn(runs)
+        fig = plot_comparison(runs, endpoint) if fn is plot_comparison else fn(runs)
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
         paths.append(out / name)
     return paths
 
 
-# t quantiles (two-sided 95%) for the seed-level interval of a strategy's mean
-
-
-def run_summary(run: Run) -> dict[str, Any]:
-    """One run's row of ``summary.json``: held-out accuracy at the first and last validation (with
-    the items counted and a two-proportion test between them), steps, status and wall time."""
-
-    steps, values = run.series(VAL_DEBATE)
-    items = [_number(r.get("val/items")) for r in run.records if VAL_DEBATE in r]
-    last_step = max((r.get("step", 0) for r in run.records), default=0)
-    row: dict[str, Any] = {
-        "strategy": run.strategy, "seed": run.seed, "status": run.state.get("status", "unknown"),
-        "steps": int(last_step), "wall_time_s": run.state.get("wall_time_s"),
-        "step_time_s": _step_time(run.records),
-        "no_update_steps": _no_update_steps(run.records),
-        "initial_accuracy": float(values[0]) if len(values) and steps[0] == 0 else None,
-        "final_accuracy": float(values[-1]) if len(values) and steps[-1] > 0 else None,
-        "final_step": int(steps[-1]) if len(values) else None,
-        "validation_items": int(items[-1]) if items and items[-1] else None,
-    }
-    n = row["validation_items"]
-    if n and row["initial_accuracy"] is not None and row["final_accuracy"] is not None:
-        k0, k1 = round(row["initial_accuracy"] * n), round(row["final_accuracy"] * n)
-        row["initial_ci95"], row["final_ci95"] = list(wilson_interval(k0, n)), list(wilson_interval(k1, n))
-        row["z"], row["p_two_proportion"] = two_proportion_test(k0, n, k1, n)
-    return row
-
-
-def _step_time(records: Sequence[dict[str, Any]]) -> float | None:
-    """The sum of ``time/step`` over a run's steps (the last record of each step counts): its
-    training time, which unlike the sweep's wall clock survives a killed and resumed attempt."""
-    last = {r["step"]: _number(r.get("time/step")) for r in records if "step" in r and "time/step" in r}
-    times = [t for t in last.values() if t is not None]
-    return float(sum(times)) if times else None
-
-
-def _no_update_steps(records: Sequence[dict[str, Any]]) -> int:
-    """Steps whose every group was filtered (zero signal or truncated): the policy did not move."""
-    last = {r["step"]: r for r in records if "step" in r and "train/n_kept" in r}
-    return sum(1 for r in last.values() if _number(r.get("train/n_kept")) == 0)
-
-
-def strategy_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per strategy over its finished seeds: final held-out accuracy mean with a t 95% interval over
-    seeds, the mean gain over the initial accuracy, and the mean training time (sum of step times)."""
-    out = []
-    for strategy in dict.fromkeys(r["strategy"] for r in rows):
-        done = [r for r in rows if r["strategy"] == strategy and r["final_accuracy"] is not None]
-        finals = np.array([r["final_accuracy"] for r in done])
-        gains = np.array([r["final_accuracy"] - r["initial_accuracy"] for r in done
-                          if r["initial_accuracy"] is not None])
-        walls = [r["step_time_s"] for r in done if r.get("step_time_s")]
-        entry: dict[str, Any] = {"strategy": strategy, "seeds": len(done), "final_accuracy": None, "ci95": None,
-                                 "gain": float(gains.mean()) if len(gains) else None,
-                                 "train_time_min": float(np.mean(walls)) / 60 if walls else None}
-        if len(finals):
-            interval = t_interval(finals.tolist())
-            entry.update(final_accuracy=float(finals.mean()), ci95=list(interval) if interval else None)
-        out.append(entry)
-    return out
-
-
-def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity") -> dict[str, Any]:
-    """Do the strategies differ? Over the finished runs' final held-out accuracies: a permutation
-    one-way ANOVA across strategies, and each strategy minus ``baseline`` on the same seeds (same
-    data order and sampling seeds, so paired) with a t 95% interval of the mean difference."""
-    finals: dict[str, dict[int, float]] = {}
-    for r in rows:
-        if r["final_accuracy"] is not None:
-            finals.setdefault(r["strategy"], {})[r["seed"]] = r["final_accuracy"]
-    out: dict[str, Any] = {"baseline": baseline, "anova_f": None, "anova_permutation_p": None, "vs_baseline": []}
-    groups = [list(v.values()) for v in finals.values() if v]
-    if len(groups) >= 2 and sum(map(len, groups)) > len(groups):
-        out["anova_f"], out["anova_permutation_p"] = permutation_anova(groups)
-    base = finals.get(baseline, {})
-    for strategy, by_seed in finals.items():
-        if strategy == baseline:
-            continue
-        seeds = sorted(set(by_seed) & set(base))
-        diffs = [by_seed[k] - base[k] for k in seeds]
-        interval = t_interval(diffs)
-        out["vs_baseline"].append({
-            "strategy": strategy, "seeds": seeds, "mean_difference": float(np.mean(diffs)) if diffs else None,
-            "ci95": list(interval) if interval else None,
-        })
-    return out
-
-
-def format_comparison(comparison: dict[str, Any]) -> str:
-    """The comparison as markdown: the ANOVA line and the paired differences to the baseline."""
-    p = comparison["anova_permutation_p"]
-    lines = [f"Across strategies (permutation one-way ANOVA on final accuracy): "
-             + ("n/a" if p is None else f"F = {comparison['anova_f']:.2f}, p = {p:.3f}"), "",
-             f"| strategy − {comparison['baseline']} (same seed) | seeds | mean difference | 95% CI |",
-             "|---|---|---|---|"]
-    for c in comparison["vs_baseline"]:
-        diff = "-" if c["mean_difference"] is None else f"{c['mean_difference']:+.3f}"
-        ci = "-" if not c["ci95"] else f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]"
-        lines.append(f"| {c['strategy']} | {len(c['seeds'])} | {diff} | {ci} |")
-    return "\n".join(lines)
-
-
-def format_strategy_table(table: Sequence[dict[str, Any]]) -> str:
-    """The strategy table as markdown."""
-    lines = ["| strategy | seeds | final held-out accuracy (mean) | 95% CI over seeds | gain vs step 0 | step time / run |",
-             "|---|---|---|---|---|---|"]
-    for t in table:
-        acc = "-" if t["final_accuracy"] is None else f"{t['final_accuracy']:.3f}"
-        ci = "-" if not t["ci95"] else f"[{t['ci95'][0]:.3f}, {t['ci95'][1]:.3f}]"
-        gain = "-" if t["gain"] is None else f"{t['gain']:+.3f}"
-        wall = "-" if t["train_time_min"] is None else f"{t['train_time_min']:.1f} min"
-        lines.append(f"| {t['strategy']} | {t['seeds']} | {acc} | {ci} | {gain} | {wall} |")
-    return "\n".join(lines)
-
-
-def export_results(sweep_dir: str | Path, out_dir: str | Path) -> Path:
+def export_results(sweep_dir: str | Path, out_dir: str | Path, endpoint: str = "final_accuracy") -> Path:
     """Write a sweep's small artefacts (no checkpoints) to ``out_dir``: ``summary.json`` (``runs``,
-    the per-strategy ``table`` and the ``comparison`` of strategies), ``table.md``, every run's ``metrics.jsonl`` and config, and the
-    PNG plots."""
+    the per-strategy ``table``, the seed-level ``comparison`` on ``endpoint`` and the
+    ``secondary_endpoints``), ``table.md``, every run's ``metrics.jsonl``, config and its first and
+    last per-item validation files, and the PNG plots."""
     import shutil
 
+    if endpoint not in ENDPOINTS:
+        raise ValueError(f"unknown endpoint {endpoint!r}; one of {sorted(ENDPOINTS)}")
     runs = load_sweep(sweep_dir)
     rank = {name: i for i, name in enumerate(strategies(runs))}
     runs = sorted(runs, key=lambda r: (rank[r.strategy], r.seed if r.seed is not None else -1))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rows = [run_summary(r) for r in runs]
-    table = strategy_table(rows)
-    comparison = compare_strategies(rows)
-    (out / "summary.json").write_text(
-        json.dumps({"runs": rows, "table": table, "comparison": comparison}, indent=2) + "\n")
-    (out / "table.md").write_text(format_strategy_table(table) + "\n\n" + format_comparison(comparison) + "\n")
+    summary = summarize([run_summary(r) for r in runs], endpoint)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "table.md").write_text(format_summary(summary))
     for run in runs:
         dest = out / "runs" / run.name
+        if dest.resolve() == run.workdir.resolve():  # re-analysing exported results in place
+            continue
         dest.mkdir(parents=True, exist_ok=True)
         for name in (METRICS_FILE, "config.json", "run.json"):
             if (run.workdir / name).is_file():
                 shutil.copyfile(run.workdir / name, dest / name)
-    write_plots(sweep_dir, out / "plots")
+        item_files = step_files(run.workdir)  # the first and last per-item rows: what McNemar pairs
+        for _, path in item_files[:1] + item_files[1:][-1:]:
+            (dest / VALIDATION_DIR).mkdir(exist_ok=True)
+            shutil.copyfile(path, dest / VALIDATION_DIR / path.name)
+    write_plots(sweep_dir, out / "plots", endpoint)
     return out
 
 
@@ -459,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="where to write the PNG files (default SWEEP_DIR/plots)")
     parser.add_argument("--results", default=None,
                         help="also write the committable artefacts here (summary.json, table.md, metrics, plots)")
+    parser.add_argument("--endpoint", default="final_accuracy", choices=sorted(ENDPOINTS),
+                        help="the primary endpoint of the comparison (default: final single-agent accuracy)")
     args = parser.parse_args(argv)
     try:
         runs = load_sweep(args.sweep_dir)
@@ -466,13 +445,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"analysis: {e}", file=sys.stderr)
         return 2
     print(format_accuracy_table(final_accuracy_table(runs)))
-    for path in write_plots(args.sweep_dir, args.out):
+    for path in write_plots(args.sweep_dir, args.out, args.endpoint):
         print(f"wrote {path}")
     if args.results:
-        out = export_results(args.sweep_dir, args.results)
-        summary = json.loads((out / "summary.json").read_text())
-        print(format_strategy_table(summary["table"]))
-        print(format_comparison(summary["comparison"]))
+        out = export_results(args.sweep_dir, args.results, args.endpoint)
+        print((out / "table.md").read_text())
         print(f"wrote {out}")
     return 0
 

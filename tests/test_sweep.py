@@ -100,7 +100,7 @@ def test_summary_table_and_plots(sweep):
     curves = analysis.aggregate(runs, analysis.REWARD_SHAPED)
     assert set(curves) == set(STRATEGIES) and all(list(c["steps"]) == [1, 2] for c in curves.values())
     paths = analysis.write_plots(sweep_dir, sweep_dir / "plots")
-    assert [p.name for p in paths] == ["rewards.png", "validation_accuracy.png", "training_signal.png"]
+    assert [p.name for p in paths] == ["rewards.png", "validation_accuracy.png", "training_signal.png", "comparison.png"]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
 
@@ -120,7 +120,10 @@ def test_summary_table_and_plots(sweep):
     comparison = summary["comparison"]  # one seed per strategy: differences but no intervals or test
     assert comparison["baseline"] == "identity" and comparison["anova_permutation_p"] is None
     assert [c["strategy"] for c in comparison["vs_baseline"]] == STRATEGIES[1:]
-    assert all(c["seeds"] == [0] and c["ci95"] is None for c in comparison["vs_baseline"])
+    assert all(c["seeds"] == [0] and c["ci95"] is None and c["p"] is None and c["p_holm"] is None
+               for c in comparison["vs_baseline"])
+    assert comparison["blocked"] is None and comparison["power"] is None  # one seed: no seed-level test
+    assert all(g["seeds"] == [] and g["mean_gain"] is None for g in comparison["learning"])  # no step-0 validation
     assert "permutation one-way ANOVA" in (results / "table.md").read_text()
     assert sorted(p.name for p in (results / "plots").iterdir()) == sorted(p.name for p in paths)
 
@@ -140,7 +143,7 @@ def test_notebook_executes_headless(sweep, tmp_path):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) == 3
+    assert len(images) == 4  # rewards, validation, training signal, seed-level comparison
     text = "".join(o.get("text", "") for o in outputs)
     assert "=== item" in text and "debate answer" in text  # a transcript from a restored checkpoint
 
@@ -157,7 +160,8 @@ def test_submitit_local_executor_runs_a_job(tmp_path):
     assert state["job_id"] and state["executor"] == "submitit_local"
     assert list((sweep_dir / "submitit").glob(f"{state['job_id']}_*result.pkl"))
     config = json.loads((sweep_dir / "coma-seed3" / "config.json").read_text())
-    assert config["shaping"] == {"strategy": "coma_advantage", "params": {"n_rollouts_per_prompt": 4}}
+    assert config["shaping"] == {"strategy": "coma_advantage", "params": {"n_rollouts_per_prompt": 4},
+                                  "credit": "turn", "discount": 1.0}
     assert config["training"]["seed"] == 3 and config["model"]["source"] == "tiny"
 
 

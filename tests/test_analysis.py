@@ -1,0 +1,209 @@
+"""The seed-level analysis of a sweep (jaxdebate.sweep_stats through jaxdebate.analysis): endpoints
+and the validation-curve area, per-item McNemar tests of a run, the blocked / paired / Holm /
+learning / power comparison, the export of summary.json and table.md, and the committed arithmetic
+sweep re-analysed."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxdebate import analysis
+from jaxdebate.stats import blocked_anova, holm, mcnemar_test, one_sample_t, paired_t, seeds_needed
+from jaxdebate.sweep_stats import compare_strategies, curve_area, endpoint_values, run_item_test, run_item_tests
+
+REPO = Path(__file__).resolve().parent.parent
+STRATEGIES = ["identity", "difference_rewards", "potential_based", "coma", "reward_mixing"]
+
+
+def _write_run(root: Path, strategy: str, seed: int, debate: list[float], single: list[float],
+               steps=(0, 2, 4)) -> Path:
+    """A run directory with the new validation keys at ``steps`` and one training record per step."""
+    workdir = root / f"{strategy}-seed{seed}"
+    workdir.mkdir(parents=True)
+    records = []
+    for step, d, s in zip(steps, debate, single):
+        if step:
+            records.append({"step": step, "train/reward/raw/mean": 0.1 * step, "train/reward/shaped/mean": 0.1,
+                            "train/zero_advantage_fraction": 0.5, "learner/kl": 0.01, "time/step": 30.0,
+                            "train/n_kept": 4.0})
+        records.append({"step": step, "val/debate/accuracy/debate": d, "val/debate/items": 10.0,
+                        "val/single/accuracy": s, "val/single/items": 10.0})
+    (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (workdir / "run.json").write_text(json.dumps({"name": workdir.name, "seed": seed, "status": "done"}))
+    return workdir
+
+
+def _write_items(workdir: Path, step: int, correct: dict[tuple[str, str], list[bool]]) -> None:
+    """``validation/step_<step>.jsonl``: per (set, mode) one row per item, ids ``q0``, ``q1``, ..."""
+    folder = workdir / "validation"
+    folder.mkdir(exist_ok=True)
+    lines = []
+    for (set_, mode), flags in correct.items():
+        agents = 3 if mode == "debate" else 1
+        for i, ok in enumerate(flags):
+            lines.append(json.dumps({"id": f"q{i}", "gold": "4", "set": set_, "mode": mode,
+                                     "answers": [["4" if ok else "5"] * 2] * agents,
+                                     "correct": [[ok] * 2] * agents, "answer": "4" if ok else "5",
+                                     "correct_final": ok}))
+    (folder / f"step_{step}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_curve_area_and_endpoints(tmp_path):
+    assert curve_area([0, 2, 4], [0.2, 0.4, 0.3]) == pytest.approx((2 * 0.3 + 2 * 0.35) / 4)
+    assert curve_area([0, 1, 4], [0.0, 0.3, 0.3]) == pytest.approx((0.15 + 3 * 0.3) / 4)  # uneven steps
+    assert curve_area([3], [0.5]) is None
+    run = analysis.load_run(_write_run(tmp_path, "coma", 1, [0.2, 0.4, 0.3], [0.1, 0.1, 0.5]))
+    values = endpoint_values(run)
+    assert values["final_debate_accuracy"] == 0.3 and values["initial_debate_accuracy"] == 0.2
+    assert values["final_accuracy"] == 0.5 and values["initial_accuracy"] == 0.1  # the single agent
+    assert values["final_debate_accuracy/items"] == 10 and values["final_accuracy/step"] == 4
+    assert values["auc_debate_accuracy"] == pytest.approx(0.325) and values["auc_accuracy"] == pytest.approx(0.2)
+    # a run of the first validation: one key, two validations (no area: it would be their mean)
+    old = tmp_path / "old" / "identity-seed7"
+    old.mkdir(parents=True)
+    (old / "metrics.jsonl").write_text(
+        json.dumps({"step": 0, "val/accuracy/debate": 0.31, "val/items": 300.0}) + "\n"
+        + json.dumps({"step": 12, "val/accuracy/debate": 0.45, "val/items": 300.0}) + "\n")
+    values = endpoint_values(analysis.load_run(old))
+    assert values == {"final_accuracy": 0.45, "initial_accuracy": 0.31, "final_accuracy/step": 12,
+                      "final_accuracy/items": 300}
+    # a resumed run validated step 0 twice: the step counts once (still no area from two steps)
+    (old / "metrics.jsonl").write_text(json.dumps({"step": 0, "val/accuracy/debate": 0.3}) + "\n"
+                                       + (old / "metrics.jsonl").read_text())
+    assert endpoint_values(analysis.load_run(old)) == values
+
+
+def test_run_item_test_pairs_first_and_last_step_on_ids(tmp_path):
+    workdir = _write_run(tmp_path, "identity", 1, [0.2, 0.4, 0.3], [0.1, 0.1, 0.5])
+    assert run_item_test(workdir) is None and run_item_tests(workdir) == {}  # no per-item rows: skipped
+    first_debate = [True, False, False, False, True, False, False, False, True, False]
+    last_debate = [True, True, True, True, False, True, True, False, True, True]
+    _write_items(workdir, 0, {("heldout", "debate"): first_debate, ("heldout", "single"): [True] * 10,
+                              ("transfer", "debate"): [False] * 4})
+    assert run_item_test(workdir) is None  # one file: nothing to pair
+    _write_items(workdir, 2, {("heldout", "debate"): [False] * 10})  # a middle step: not used
+    _write_items(workdir, 4, {("heldout", "debate"): last_debate, ("heldout", "single"): [True] * 9 + [False],
+                              ("transfer", "debate"): [True, True, False, True, True]})  # one id more
+    got = run_item_test(workdir, set="heldout", mode="debate")
+    assert got == {"n": 10, "first_step": 0, "last_step": 4, "first_acc": 0.3, "last_acc": 0.8,
+                   "only_first": 1, "only_last": 6, "p_mcnemar": mcnemar_test(1, 6)}
+    assert got["p_mcnemar"] == pytest.approx(2 * (1 + 7) / 2**7)
+    single = run_item_test(workdir, set="heldout", mode="single")
+    assert (single["only_first"], single["only_last"], single["p_mcnemar"]) == (1, 0, 1.0)
+    transfer = run_item_test(workdir, set="transfer", mode="debate")
+    assert transfer["n"] == 4 and transfer["only_last"] == 3  # paired on the ids both files hold
+    assert run_item_test(workdir, set="transfer", mode="single") is None
+    assert set(run_item_tests(workdir)) == {"heldout/debate", "heldout/single", "transfer/debate"}
+
+
+def _rows(table: dict[str, list[float]], initial: float = 0.3, key: str = "final_accuracy"):
+    start = {"final_accuracy": "initial_accuracy", "final_debate_accuracy": "initial_debate_accuracy"}[key]
+    return [{"strategy": s, "seed": seed, key: v, start: initial, "step_time_s": 60.0}
+            for s, values in table.items() for seed, v in zip((1, 2, 3, 4), values)]
+
+
+def test_compare_strategies_seed_level():
+    table = {"identity": [0.40, 0.35, 0.50, 0.42], "coma": [0.38, 0.30, 0.41, 0.40],
+             "reward_mixing": [0.45, 0.36, 0.52, 0.47]}
+    rows = _rows(table, key="final_debate_accuracy")
+    out = compare_strategies(rows, endpoint="final_debate_accuracy")
+    assert out["endpoint"] == "final_debate_accuracy" and out["baseline"] == "identity"
+    expected = blocked_anova({s: dict(zip((1, 2, 3, 4), v)) for s, v in table.items()})
+    for key in ("strategy_F", "strategy_p", "seed_F", "seed_p", "strategy_df", "seed_df", "residual_df"):
+        assert out["blocked"][key] == pytest.approx(expected[key])
+    assert out["blocked"]["seeds_used"] == [1, 2, 3, 4] and out["blocked"]["seeds_dropped"] == []
+    assert sum(out["blocked"]["ss_share"].values()) == pytest.approx(1.0)
+    coma, mixing = out["vs_baseline"]
+    for entry, name in ((coma, "coma"), (mixing, "reward_mixing")):
+        ref = paired_t(table["identity"], table[name])
+        assert entry["strategy"] == name and entry["seeds"] == [1, 2, 3, 4]
+        assert entry["mean_difference"] == pytest.approx(ref["mean"]) and entry["ci95"] == pytest.approx(ref["ci95"])
+        assert entry["p"] == pytest.approx(ref["p"]) and entry["t"] == pytest.approx(ref["t"]) and entry["df"] == 3
+    assert [coma["p_holm"], mixing["p_holm"]] == pytest.approx(holm([coma["p"], mixing["p"]]))
+    assert coma["equivalence"]["margin"] == 0.05
+    learning = {g["strategy"]: g for g in out["learning"]}
+    ref = one_sample_t([v - 0.3 for v in table["identity"]])
+    assert learning["identity"]["mean_gain"] == pytest.approx(ref["mean"]) and learning["identity"]["p"] == pytest.approx(ref["p"])
+    assert learning["identity"]["initial"] == pytest.approx(0.3) and learning["identity"]["final"] == pytest.approx(np.mean(table["identity"]))
+    assert [g["p_holm"] for g in out["learning"]] == pytest.approx(holm([g["p"] for g in out["learning"]]))
+    sd = math.sqrt((paired_t(table["identity"], table["coma"])["sd"] ** 2
+                    + paired_t(table["identity"], table["reward_mixing"])["sd"] ** 2) / 2)  # equal df: mean variance
+    assert out["power"]["paired_sd"] == pytest.approx(sd) and out["power"]["df"] == 6
+    assert out["power"]["seeds_needed"] == {"0.05": seeds_needed(sd, 0.05), "0.10": seeds_needed(sd, 0.10)}
+    # a missing cell: the blocked ANOVA drops that seed (and says so); the paired test keeps the rest
+    rows = [r for r in rows if not (r["strategy"] == "coma" and r["seed"] == 2)]
+    out = compare_strategies(rows, endpoint="final_debate_accuracy")
+    assert out["blocked"]["seeds_dropped"] == [2] and out["blocked"]["residual_df"] == 4
+    assert out["vs_baseline"][0]["seeds"] == [1, 3, 4] and out["vs_baseline"][1]["seeds"] == [1, 2, 3, 4]
+    # one seed per strategy: differences but no tests
+    one = compare_strategies(_rows({"identity": [0.4], "coma": [0.3]}))
+    assert one["blocked"] is None and one["power"] is None and one["anova_permutation_p"] is None
+    assert one["vs_baseline"][0]["p"] is None and one["vs_baseline"][0]["p_holm"] is None
+    assert one["vs_baseline"][0]["mean_difference"] == pytest.approx(-0.1)
+
+
+def test_aggregate_uses_sample_sd_and_t_interval(tmp_path):
+    for seed, finals in zip((1, 2, 3), ([0.2, 0.3, 0.4], [0.2, 0.3, 0.6], [0.2, 0.3, 0.5])):
+        _write_run(tmp_path, "identity", seed, finals, finals)
+    curves = analysis.aggregate(analysis.load_sweep(tmp_path), "val/debate/accuracy/debate")["identity"]
+    assert list(curves["steps"]) == [0, 2, 4] and list(curves["n"]) == [3, 3, 3]
+    assert curves["std"][2] == pytest.approx(0.1)  # [0.4, 0.6, 0.5]: ddof=1
+    assert curves["ci95"][2] == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-6)
+    assert curves["std"][0] == pytest.approx(0, abs=1e-12) and curves["ci95"][0] == pytest.approx(0, abs=1e-12)
+
+
+def test_export_results_with_the_debate_endpoint(tmp_path):
+    sweep = tmp_path / "sweep"
+    finals = {"identity": [0.5, 0.4, 0.6], "difference_rewards": [0.45, 0.3, 0.5], "potential_based": [0.5, 0.35, 0.55],
+              "coma": [0.42, 0.38, 0.57], "reward_mixing": [0.52, 0.41, 0.58]}
+    for strategy, values in finals.items():
+        for seed, final in zip((42, 43, 44), values):
+            workdir = _write_run(sweep, strategy, seed, [0.3, (0.3 + final) / 2, final], [0.2, 0.25, final - 0.1])
+            _write_items(workdir, 0, {("heldout", "debate"): [True] * 3 + [False] * 7})
+            _write_items(workdir, 2, {("heldout", "debate"): [False] * 10})
+            _write_items(workdir, 4, {("heldout", "debate"): [True] * round(final * 10) + [False] * (10 - round(final * 10))})
+    results = tmp_path / "results"
+    assert analysis.main([str(sweep), "--out", str(tmp_path / "plots"), "--results", str(results),
+                          "--endpoint", "final_debate_accuracy"]) == 0
+    summary = json.loads((results / "summary.json").read_text())
+    assert summary["endpoint"] == "final_debate_accuracy" and set(summary) >= {"runs", "table", "comparison"}
+    row = summary["runs"][0]
+    assert row["strategy"] == "identity" and row["seed"] == 42
+    assert row["final_accuracy"] == 0.4 and row["final_debate_accuracy"] == 0.5  # single agent kept under its old name
+    assert row["item_tests"]["heldout/debate"]["only_last"] == 2 and row["item_tests"]["heldout/debate"]["first_step"] == 0
+    assert summary["table"][0]["final_accuracy"] == pytest.approx(0.5) and summary["table"][0]["endpoint"] == "final_debate_accuracy"
+    comparison = summary["comparison"]
+    for key in ("baseline", "anova_f", "anova_permutation_p", "vs_baseline", "blocked", "learning", "power"):
+        assert key in comparison
+    for entry in comparison["vs_baseline"]:
+        assert {"strategy", "seeds", "mean_difference", "ci95", "p", "p_holm"} <= set(entry)
+    assert comparison["blocked"]["seeds_used"] == [42, 43, 44]
+    assert comparison["learning"][0]["mean_gain"] == pytest.approx(0.2)
+    assert set(summary["secondary_endpoints"]) == {"final_accuracy", "auc_accuracy", "auc_debate_accuracy"}
+    table_md = (results / "table.md").read_text()
+    assert "Blocked by seed" in table_md and "Holm p" in table_md and "Secondary endpoint `auc_debate_accuracy`" in table_md
+    assert sorted(p.name for p in (results / "runs" / "coma-seed43" / "validation").iterdir()) == ["step_0.jsonl", "step_4.jsonl"]
+    assert sorted(p.name for p in (results / "plots").iterdir()) == sorted(analysis.PLOTS)
+    # re-analysing the exported results in place leaves the copies alone
+    analysis.export_results(results / "runs", results, "final_debate_accuracy")
+    assert json.loads((results / "summary.json").read_text())["comparison"] == comparison
+
+
+def test_the_committed_arithmetic_sweep_reanalysed():
+    """The issue's figures: identity's gain +0.091, t = 2.23 (df 2), p = 0.155; blocked by seed, seed
+    F(2, 8) = 7.05, p = 0.017 with ~45% of the sum of squares, strategy p = 0.15."""
+    runs = analysis.load_sweep(REPO / "results" / "arithmetic" / "sweep" / "runs")
+    out = compare_strategies([analysis.run_summary(r) for r in runs])
+    b = out["blocked"]
+    assert b["seed_F"] == pytest.approx(7.05, abs=0.01) and b["seed_p"] == pytest.approx(0.0172, abs=1e-4)
+    assert b["strategy_p"] == pytest.approx(0.154, abs=1e-3) and b["ss_share"]["seed"] == pytest.approx(0.454, abs=1e-3)
+    identity = next(g for g in out["learning"] if g["strategy"] == "identity")
+    assert identity["mean_gain"] == pytest.approx(0.0911, abs=1e-4)
+    assert identity["t"] == pytest.approx(2.233, abs=1e-3) and identity["df"] == 2 and identity["p"] == pytest.approx(0.155, abs=1e-3)
+    assert all(c["p_holm"] == pytest.approx(0.515, abs=1e-3) for c in out["vs_baseline"])
+    assert out["power"]["seeds_needed"] == {"0.05": 26, "0.10": 9}
