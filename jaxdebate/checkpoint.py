@@ -20,6 +20,7 @@ from jaxdebate.config import Config
 from jaxdebate.configlib import from_dict
 from jaxdebate.model import LlamaConfig, export_hf, load, peft_export
 from jaxdebate.model.lora import merge
+from jaxdebate.rl.grpo import all_finite
 from jaxdebate.model.tokenizer import load_tokenizer
 
 
@@ -39,6 +40,11 @@ def restore_trainable(workdir: str | Path, step: int | None = None):
     LoRA the adapter ``{group: {module: {lora_A, lora_B}}}``)."""
     with contextlib.closing(open_run(workdir)) as ckpt:
         state, meta = ckpt.restore(step, items=["params"])
+        finite = [int(s) for s in ckpt.all_steps() if s != int(meta["step"])]
+    if not bool(all_finite(state["params"])):
+        raise CheckpointError(
+            f"{workdir}: checkpoint step {meta['step']} holds non-finite parameters (the run diverged "
+            f"before divergence was caught); other steps: {finite or 'none'} (pass step=... / --step)")
     return state["params"], from_dict(Config, meta["config"])
 
 

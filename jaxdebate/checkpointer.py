@@ -10,6 +10,7 @@ policy's parameters without reading the optimiser state.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import logging
 import shutil
@@ -38,6 +39,18 @@ def _reason(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
     text = lines[0] if lines else ""
     return f"{type(error).__name__}: {text[:300]}{'...' if len(text) > 300 or len(lines) > 1 else ''}"
+
+
+def _disk_full(error: BaseException | None) -> bool:
+    """True when ``error`` (or one it was raised from) says the disk is full."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        text = str(error)
+        if "No space left" in text or "RESOURCE_EXHAUSTED" in text or "ENOSPC" in text:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _collect_quietly() -> None:
@@ -105,9 +118,25 @@ class Checkpointer:
             tree = tree if _is_container(tree) else {_LEAF_KEY: tree}
             args[name] = ocp.args.StandardSave(jax.tree.map(_savable, tree))
         args[_METADATA] = ocp.args.JsonSave(_jsonable(meta))
-        saved = self._manager.save(int(step), args=ocp.args.Composite(**args), force=force)
-        self._manager.wait_until_finished()
+        try:
+            saved = self._manager.save(int(step), args=ocp.args.Composite(**args), force=force)
+            self._manager.wait_until_finished()
+        except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise anything; one line instead
+            _collect_quietly()
+            for partial in self.directory.glob(f"{int(step)}.orbax-checkpoint-tmp*"):
+                shutil.rmtree(partial, ignore_errors=True)  # a half-written step frees its space
+            raise CheckpointError(self._save_failure(int(step), e)) from None
         return bool(saved)
+
+    def _save_failure(self, step: int, error: BaseException) -> str:
+        newest = max(self.all_steps(), default=None)
+        kept = f"the newest complete checkpoint is step {newest}" if newest is not None else "no checkpoint is complete"
+        if _disk_full(error):
+            usage = shutil.disk_usage(self.directory)
+            return (f"checkpoint step {step} could not be written: the disk holding {self.directory} is full "
+                    f"({usage.free / 2**20:.1f} MiB free of {usage.total / 2**30:.2f} GiB); {kept} (a rerun "
+                    f"resumes from it once space is freed)")
+        return f"checkpoint step {step} could not be written to {self.directory}: {_reason(error)}; {kept}"
 
     def _resolve_step(self, step: int | None) -> int:
         steps = self.all_steps()

@@ -129,8 +129,8 @@ class Config:
         unknown = sorted(self.data.environments() - set(env_names()))
         if unknown:
             raise ConfigError(
-                f"data.env_name_remap / data.validation_env: environment(s) {unknown} are not registered; "
-                f"registered: {', '.join(env_names())}"
+                f"data.env_name_remap / data.validation_env(s) / data.transfer_env: environment(s) {unknown} "
+                f"are not registered; registered: {', '.join(env_names())}"
             )
         g = self.training.generations_per_prompt
         try:

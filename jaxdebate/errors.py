@@ -19,3 +19,8 @@ class DataError(JaxDebateError, ValueError):
 
 class SamplerError(JaxDebateError, RuntimeError):
     """A sampling backend that failed (server died, bad response, invalid request)."""
+
+
+class RunError(JaxDebateError):
+    """A run that cannot start as asked (its workdir is in use, or its config differs from the one its
+    checkpoints were trained with); the launcher exits 2 with the message."""

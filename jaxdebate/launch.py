@@ -10,7 +10,8 @@ by SLURM (``srun``; detected from its environment) or by hand with ``--coordinat
 --num-processes N --process-id I`` on each. ``launch.training_devices`` is then the global device
 count; process 0 samples, logs and writes metrics (README: Scaling out).
 
-Exit status: 0 finished, 130 interrupted (checkpointed), 2 invalid config, 1 other errors.
+Exit status: 0 finished, 130 interrupted (checkpointed), 2 invalid config (or a workdir in use by
+another trainer, or a resume whose config differs), 1 other errors.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sys
 from pathlib import Path
 
 from jaxdebate import distributed
-from jaxdebate.errors import ConfigError, JaxDebateError
+from jaxdebate.errors import ConfigError, JaxDebateError, RunError
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -41,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="validate the config and resolve the datasets, then exit without training")
     parser.add_argument("--no-resume", action="store_true",
                         help="fail instead of resuming when the workdir already holds a checkpoint")
+    parser.add_argument("--allow-config-change", action="store_true",
+                        help="resume even though the config differs in fields that change what a step "
+                             "computes (the change is recorded in WORKDIR/config_history.jsonl)")
     group = parser.add_argument_group("multi-process training (jax.distributed; SLURM is detected without these)")
     group.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address, the same on every process")
     group.add_argument("--num-processes", type=int, metavar="N", help="how many processes train this run")
@@ -109,9 +113,10 @@ def main(argv: list[str] | None = None) -> int:
             from jaxdebate.model import load_tokenizer
             from jaxdebate.rl.preflight import check_prompts_fit
 
-            budget = check_prompts_fit(config, load_tokenizer(config.model.source), train, val)
+            transfer = config.data.load_transfer()
+            budget = check_prompts_fit(config, load_tokenizer(config.model.source), train, val, transfer)
             print(f"config ok: {args.config} -> {workdir}; {len(train)} training items, {len(val)} validation "
-                  f"items, every round-1 prompt within {budget} tokens; up to {config.samples_per_step} "
+                  f"items, {len(transfer)} transfer items, every round-1 prompt within {budget} tokens; up to {config.samples_per_step} "
                   f"training samples per step; {describe(config.sampler, backend, why)}")
             return EXIT_OK
         from jaxdebate.checkpointer import latest_step
@@ -130,9 +135,12 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr)
                 return EXIT_ERROR
             print(f"[jaxdebate] resuming {workdir} from step {existing}", file=sys.stderr)
-        result = run_training(config, workdir)
+        result = run_training(config, workdir, allow_config_change=args.allow_config_change)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    except RunError as e:
+        print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG
     except JaxDebateError as e:
         print(f"error: {e}", file=sys.stderr)

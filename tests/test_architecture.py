@@ -16,13 +16,14 @@ MAX_LINES = 500
 # ARCHITECTURE.md's layers, bottom first; a unit (sub-package or top-level module) may import its own
 # layer and the ones below.
 LAYERS = (
-    ("errors", "configlib", "processes", "distributed", "shapes", "schedules", "stats", "metrics", "checkpointer"),
+    ("errors", "configlib", "processes", "workdir_lock", "distributed", "shapes", "schedules", "stats", "metrics",
+     "checkpointer"),
     ("model", "data", "shaping"),
     ("sampling",),
     ("debate",),
     ("rl",),
     ("config",),
-    ("checkpoint", "eval", "launch", "transcripts", "analysis", "sweep", "coherence", "jaxdebate"),
+    ("checkpoint", "eval", "launch", "transcripts", "analysis", "sweep_stats", "sweep", "coherence", "jaxdebate"),
 )
 LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 

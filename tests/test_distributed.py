@@ -157,7 +157,7 @@ def test_distributed_process_group_detection():
 
 
 def test_distributed_sampler_devices_are_separate_when_the_process_has_room():
-    from jaxdebate.rl.trainer import sampling_devices
+    from jaxdebate.model.mesh import sampling_devices
 
     gpus = [f"gpu{i}" for i in range(8)]
     assert sampling_devices(gpus, 6, 2) == ["gpu6", "gpu7"]  # the seeds' split: 6 learn, 2 sample

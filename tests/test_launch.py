@@ -29,7 +29,8 @@ def test_invalid_override_fails_before_compute_naming_the_field(tmp_path, capsys
 def test_print_config_and_positional_overrides(capsys):
     assert main(["--config", "configs/coma.py", "--print-config", "loss.beta=0.05"]) == EXIT_OK
     printed = json.loads(capsys.readouterr().out)
-    assert printed["shaping"] == {"strategy": "coma_advantage", "params": {"n_rollouts_per_prompt": 4}}
+    assert printed["shaping"] == {"strategy": "coma_advantage", "params": {"n_rollouts_per_prompt": 4},
+                                  "credit": "turn", "discount": 1.0}
     assert printed["loss"]["beta"] == 0.05
 
 
@@ -260,11 +261,14 @@ def test_first_prompt_lengths_are_exact_or_a_lower_bound():
 
     tok = load_tokenizer("tiny")
     items = [Item(f"i{k}", text, "1") for k, text in
-             enumerate(["Compute $2+3$.", "é " * 200, "long " * 150, "word " * 40_000])]
+             enumerate(["Compute $2+3$.", "é " * 200, "long " * 150, "word " * 40_000, "x" * 5_000_000])]
     envs = envs_for(items, Config(), None)
-    exact = [len(tok.encode_chat(env.first_messages(it))) for env, it in zip(envs, items)]
+    exact = [len(tok.encode_chat(env.first_messages(it))) for env, it in zip(envs[:4], items[:4])]
     got = first_prompt_lengths(envs, items, tok, budget=100)
     assert got[0] is None and exact[0] <= 100
     assert got[1] == (exact[1], True) and got[2] == (exact[2], True)
     n, is_exact = got[3]
     assert not is_exact and 100 < n <= exact[3]
+    # a 5 MB line without whitespace is judged from a bounded prefix too (tokenised whole, it took GBs)
+    n, is_exact = got[4]
+    assert not is_exact and n > 100

@@ -72,7 +72,7 @@ def _ckpt_steps(workdir):
 
 
 def _deterministic(record):
-    from jaxdebate.rl.trainer import NONDETERMINISTIC_PREFIXES
+    from jaxdebate.rl.step_metrics import NONDETERMINISTIC_PREFIXES
 
     return {k: v for k, v in record.items() if not k.startswith(NONDETERMINISTIC_PREFIXES)}
 

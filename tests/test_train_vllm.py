@@ -27,7 +27,8 @@ def test_server_killed_mid_run_the_run_finishes_with_every_step(tmp_path):
         "model.source=tiny:hidden=128,heads=2,kv_heads=1,intermediate=256,seed=3",
         "sampler.backend=vllm", "sampler.fallback=error", "sampler.vllm.kv_cache_gib=1",
         "sampler.vllm.max_model_len=512", f"training.total_train_steps={STEPS}",
-        "training.export_every_steps=1", "training.validation_every_steps=100",
+        # a greedy 3-agent debate validation on the server at steps 2 and 4 (issue 23 item 1)
+        "training.export_every_steps=1", "training.validation_every_steps=2", "data.validation_size=2",
     ])
     trainer = Trainer(config, tmp_path / "run")
     metrics_file = tmp_path / "run" / "metrics.jsonl"
@@ -58,5 +59,43 @@ def test_server_killed_mid_run_the_run_finishes_with_every_step(tmp_path):
     assert last["sampler/restarts"] >= 1
     assert all("sync/reload_s" in r for r in rows if "train/accuracy" in r)  # a sync every step
     assert all(r["weights/sampler_version"] == r["step"] for r in rows if "train/accuracy" in r)
+    validated = [r for r in rows if "val/accuracy/debate" in r]
+    assert [r["step"] for r in validated] == [2, 4] and all(r["val/items"] == 2 for r in validated)
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir() if p.name.isdigit()) == ["2", "4"]
     with pytest.raises(ProcessLookupError):  # the killed server's process group is gone
         os.killpg(killed[0], 0)
+
+
+def test_an_unsupported_head_dim_fails_once_before_any_server_starts(tmp_path):
+    """Issue 23 item 5: vLLM's CPU attention has no kernel for head_dim 16; the server would start,
+    die at its first request, and be restarted for nothing. The sampler refuses it up front."""
+    from jaxdebate.errors import ConfigError
+    from jaxdebate.rl.trainer import Trainer
+
+    config = load_config("configs/smoke.py", ["sampler.backend=vllm", "sampler.fallback=error",
+                                              "training.total_train_steps=1"])
+    start = time.time()
+    with pytest.raises(ConfigError, match="head_dim=16 is not supported by vLLM's CPU attention"):
+        Trainer(config, tmp_path / "run").run()
+    assert time.time() - start < 120 and not (tmp_path / "run" / "vllm" / "server.log").exists()
+
+
+def test_a_server_that_dies_the_same_way_after_a_restart_is_not_restarted_again(tmp_path, tiny_model, tokenizer):
+    """The generic path behind item 5: an HF directory served as given (no preflight) with head_dim 16
+    kills the engine at the first request; after one restart fails the same way, the error names the
+    cause from the server log instead of vLLM's "EngineCore encountered an issue"."""
+    from jaxdebate.errors import SamplerError
+    from jaxdebate.model import export_hf
+    from jaxdebate.sampling.base import SamplingParams
+    from jaxdebate.sampling.vllm_config import VLLMConfig
+    from jaxdebate.sampling.vllm_sampler import VLLMSampler
+
+    params, model_config = tiny_model
+    export_hf(params, model_config, tmp_path / "hf", tokenizer=tokenizer)
+    cfg = VLLMConfig(dtype="float32", kv_cache_gib=1, max_model_len=256, max_restarts=3)
+    with VLLMSampler.from_dir(tmp_path / "hf", workdir=tmp_path / "run", config=cfg) as sampler:
+        with pytest.raises(SamplerError) as info:
+            sampler.generate([[1, 2, 3]], SamplingParams(temperature=0.0, max_tokens=4))
+        assert sampler.server.starts == 2  # the first start and one restart, not max_restarts
+    message = str(info.value)
+    assert "fails the same way after a restart" in message and "head_dim=16" in message

@@ -405,6 +405,18 @@ def test_bad_requests_are_clear_errors(sampler, prompts):
     assert len(near.token_ids) == 4 and near.finish_reason == "length"
 
 
+def test_greedy_with_several_samples_is_one_answer_repeated(sampler, model, prompts, ref):
+    """Issue 23 item 1: vLLM refuses greedy n > 1 (400), which crashed every debate validation (A
+    agents ask one prompt for A greedy answers); the sampler asks once and repeats the answer."""
+    sampler.update_weights(model[0], 0)
+    sp = SamplingParams(temperature=0.0, max_tokens=GREEDY_TOKENS, n=3)
+    got = sampler.generate(prompts[:2], sp)
+    tokens, lps = ref.greedy(model[0], prompts[:2])
+    for completions, t in zip(got, tokens):
+        assert len(completions) == 3 and all(list(c.token_ids) == t for c in completions)
+    assert [c.token_ids for c in sampler.submit(prompts[0], sp).result(timeout=300)] == [tuple(tokens[0])] * 3
+
+
 def test_submit_answers_like_a_one_prompt_generate(sampler, prompts):
     """The streaming interface the debate protocol uses: same seeds, same samples as generate."""
     from jaxdebate.sampling.base import StreamingSampler

@@ -9,7 +9,33 @@ What changes from the seeds' family, and why:
   number extraction) instead of ``\\boxed{}``, which the 135M model cannot follow;
 - sizes: 48 new tokens per turn, sequences of at most 512 tokens, a 10x higher learning rate than
   the seeds' 3e-6 over 12 steps, so that a run fits about half an hour on 2 CPU cores.
-Still 3 agents x 2 rounds, 4 debates per prompt, GRPO with the seeds' loss settings.
+Still 3 agents x 2 rounds, 4 debates per prompt, GRPO with the seeds' loss settings, except:
+
+Credit assignment (the same for all five arms, so that each arm is a real credit-assignment
+method; jaxdebate/shaping/REDUCTIONS.md has what each reduces to):
+- ``shaping.credit="return"``, ``discount=0.99``: each turn is trained on the discounted sum of its
+  agent's shaped rewards from that round on. A round-1 answer's value lies partly in the round-2
+  debate it feeds, and potential-based shaping is policy-invariant only on returns: under per-turn
+  credit, debate_length PBRS is correctness plus a fixed round bonus (-gamma/2, +1/2).
+- ``loss.grouping="agent_round"``: a turn is compared only with the same agent's same-round turns of
+  the other debates of its prompt, so round offsets are not trained on ("being in round 2" is no
+  credit for an answer).
+- potential_based uses ``gamma == discount`` and the ``agreement`` potential (how far the previous
+  round agreed: a state the turn acts in). debate_length would collapse to identity under these
+  settings (its r/R term is constant within an agent-round group); agreement gives the discounted
+  return of correctness minus a state-dependent baseline, which differs from identity across
+  debates. difference_rewards trains on the agent's marginal effect on the team's expected win (a
+  tie shares its win), coma on its counterfactual advantage, reward_mixing on 0.5 correct + 0.5
+  team, each summed over the agent's remaining rounds.
+- ``loss.truncated_as_wrong=True`` with ``filter_truncated=False``: a turn that runs past its 48
+  tokens counts as a wrong answer and is trained on, instead of being dropped (dropping let the
+  completions drift longer: truncation rose from 0.2 to 0.4-0.7 in the first sweep).
+
+Validation, as the experiment needs it: the 300 held-out problems single-agent greedy
+(``val/single/``) and as a 3x2 debate greedy (``val/debate/``; the primary endpoint
+``val/debate/accuracy/debate``) at step 0 (computed once per sweep and reused), mid-run and at the
+end, and levels 1, 4 and 5 (never trained on) single-agent at step 0 and the end
+(``val/transfer/``); every validation writes its per-item rows to ``validation/step_<N>.jsonl``.
 """
 
 from __future__ import annotations
@@ -31,6 +57,10 @@ TRAIN_BATCH_SIZE = 2
 TOTAL_TRAIN_STEPS = 12
 LEARNING_RATE = 3e-5
 WARMUP_STEPS = 2
+DISCOUNT = 0.99  # shaping.discount, and potential_based's gamma
+VALIDATION_EVERY_STEPS = 6  # mid-run and the end
+VALIDATION_ENVS = {"single": "math", "debate": "math_debate"}
+TRANSFER_DATA = "arithmetic:level=1+4+5,n=300,seed=11"
 EVAL_BATCH_SIZE = 100
 # 4 packed rows of 512 per forward/backward (more are accumulated, same update): bounds the learner's
 # memory (~10 GB without remat) on a 24 GiB machine; a step packs into 1-3 rows (identity seed 42)
@@ -40,11 +70,14 @@ SAMPLER_BACKEND = "jax"
 
 def get_config(shaping: ShapingConfig | None = None) -> Config:
     """The family's shared config, with ``shaping`` (default: identity) as the only free section."""
+    shaping = dataclasses.replace(shaping or ShapingConfig("identity", {}), credit="return", discount=DISCOUNT)
     c = seeds.get_config(shaping=shaping)
     return dataclasses.replace(
         c,
         model=dataclasses.replace(c.model, remat="none"),
-        data=dataclasses.replace(c.data, train=TRAIN_DATA, validation_size=VALIDATION_SIZE, validation_env="math"),
+        data=dataclasses.replace(c.data, train=TRAIN_DATA, validation_size=VALIDATION_SIZE,
+                                 validation_envs=VALIDATION_ENVS, transfer=TRANSFER_DATA),
+        loss=dataclasses.replace(c.loss, grouping="agent_round", filter_truncated=False, truncated_as_wrong=True),
         debate=with_protocol(dataclasses.replace(c.debate, max_sequence_length=MAX_SEQUENCE_LENGTH), PROTOCOL),
         sampler=dataclasses.replace(c.sampler, backend=SAMPLER_BACKEND, max_new_tokens=MAX_NEW_TOKENS),
         optimizer=dataclasses.replace(c.optimizer, peak_lr=LEARNING_RATE, end_lr=LEARNING_RATE,
@@ -52,7 +85,7 @@ def get_config(shaping: ShapingConfig | None = None) -> Config:
         training=dataclasses.replace(
             c.training, train_batch_size=TRAIN_BATCH_SIZE, eval_batch_size=EVAL_BATCH_SIZE,
             total_train_steps=TOTAL_TRAIN_STEPS, validate_at_start=True,
-            validation_every_steps=TOTAL_TRAIN_STEPS, checkpoint_every_steps=5, export_every_steps=1,
+            validation_every_steps=VALIDATION_EVERY_STEPS, checkpoint_every_steps=5, export_every_steps=1,
             hard_update_ref_every_steps=5, max_tokens_per_microbatch=MAX_TOKENS_PER_MICROBATCH,
         ),
     )

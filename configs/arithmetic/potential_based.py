@@ -1,10 +1,10 @@
-"""Reward shaping: potential-based (gamma 0.99, debate-length potential). Everything else comes
-from configs/arithmetic/base.py."""
+"""Reward shaping: potential-based (gamma = the family's discount, the agreement potential: see
+configs/arithmetic/base.py for why). Everything else comes from configs/arithmetic/base.py."""
 
 from configs.arithmetic import base
 from jaxdebate.shaping import ShapingConfig
 
 
 def get_config():
-    params = {"gamma": 0.99, "potential_type": "debate_length"}
+    params = {"gamma": base.DISCOUNT, "potential_type": "agreement"}
     return base.get_config(shaping=ShapingConfig("potential_based", params))

@@ -26,6 +26,10 @@ class DataConfig(Section):
     ``env_name_remap`` routes items to environments (``{"math": "math_debate"}`` turns single-agent
     items into debates). ``validation_env`` plays every validation item in that environment instead
     (``"math"``: one agent, one round, e.g. to measure the policy's own held-out accuracy cheaply).
+    ``validation_envs`` (e.g. ``{"single": "math", "debate": "math_debate"}``) validates the held-out
+    items once per named environment instead, each logged under ``val/<name>/``; ``transfer`` (a
+    dataset spec, e.g. levels not trained on) is validated in ``transfer_env`` at the start and the
+    end of a run, under ``val/transfer/``.
     ``limit`` caps the number of items read from ``train``. Whether the environments named here are
     registered is checked by the root config (:class:`jaxdebate.config.Config`): environments live
     in :mod:`jaxdebate.debate`, a layer above this one."""
@@ -39,9 +43,18 @@ class DataConfig(Section):
     limit: int | None = None
     format: str | None = None
     validation_env: str | None = None
+    validation_envs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    transfer: str | None = None
+    transfer_env: str = "math"
 
     def validate(self) -> None:
-        self._non_blank("train", "validation", "validation_env")
+        self._non_blank("train", "validation", "validation_env", "transfer", "transfer_env")
+        if self.validation_envs and self.validation_env is not None:
+            self._fail("validation_envs", "set either validation_env or validation_envs, not both")
+        if not all(str(k).isidentifier() and v for k, v in self.validation_envs.items()):
+            self._fail("validation_envs", "must map names (letters, digits, _) to environment names")
+        if "transfer" in self.validation_envs:
+            self._fail("validation_envs", "the name 'transfer' is taken by data.transfer's metrics")
         self._at_least(0, "validation_size", "holdout_seed")
         self._at_least(1, "limit")
         if self.format is not None and self.format not in readers.FORMATS:
@@ -51,7 +64,12 @@ class DataConfig(Section):
 
     def environments(self) -> set[str]:
         """The environment names this section routes items to (for the root config's check)."""
-        return set(self.env_name_remap.values()) | ({self.validation_env} - {None})
+        named = {self.validation_env, *self.validation_envs.values()} - {None}
+        return set(self.env_name_remap.values()) | named | ({self.transfer_env} if self.transfer else set())
+
+    def load_transfer(self) -> list[Item]:
+        """The transfer set's items (empty without ``transfer``)."""
+        return load_items(self.transfer, format=self.format) if self.transfer else []
 
     def load(self) -> tuple[list[Item], list[Item]]:
         """(train items, validation items) as configured; env names are not remapped here (the

@@ -161,6 +161,7 @@ def records_to_items(
 ) -> list[Item]:
     """Convert (position, record) pairs; ``where`` names the source in errors (``file:line``)."""
     items: list[Item] = []
+    seen: dict[str, Any] = {}  # id -> where it first appeared
     for index, (position, record) in enumerate(records):
         if not isinstance(record, Mapping):
             raise DataError(f"{where}:{position}: expected a JSON object, got {type(record).__name__}")
@@ -169,6 +170,9 @@ def records_to_items(
             item = CONVERTERS[kind](record, index, prefix)
         except (RecordError, DataError) as e:
             raise DataError(f"{where}:{position}: {e}") from None
+        if item.id in seen:  # ids key per-item results and the validation rows: they must be unique
+            raise DataError(f"{where}:{position}: duplicate id {item.id!r} (first at {where}:{seen[item.id]})")
+        seen[item.id] = position
         items.append(dataclasses.replace(item, origin=f"{where}:{position}"))
         if fmt is None:
             fmt = kind

@@ -96,7 +96,10 @@ def first_prompt_lengths(
         if len(text.encode("utf-8")) + 1 <= budget:
             out.append(None)
             continue
-        cut = text.rfind(" ", 0, probe_chars) if len(text) > probe_chars else -1
+        cut = -1
+        if len(text) > probe_chars:  # cut at whitespace, else anywhere: never tokenise megabytes
+            cut = text.rfind(" ", 0, probe_chars)
+            cut = cut if cut > budget else probe_chars
         if cut > budget:
             n = len(tokenizer.encode(text[:cut]))
             if n > budget:

@@ -84,3 +84,13 @@ def shard_batch(x: Any, mesh: Mesh) -> Any:
         return jax.device_put(a, batch_sharding(mesh, a.ndim))
 
     return jax.tree.map(put, x)
+
+
+def sampling_devices(local: list, training: int, wanted: int) -> list:
+    """Process 0's devices for the in-process sampler: the ``wanted`` devices after the ``training``
+    ones when the process has room for both (separate sampling GPUs, as in the seeds' launch), else
+    its first ``wanted`` (shared with the learner)."""
+    if wanted > len(local):
+        raise ConfigError(f"launch.sampling_devices={wanted} but process 0 has {len(local)} device(s)")
+    start = training if training + wanted <= len(local) else 0
+    return local[start:start + wanted]

@@ -280,3 +280,23 @@ def _layout(rows: list[list[_Group]], n_rows: int, length: int, window: int, pad
                 at += n
                 w += c
     return out
+
+
+def pack_samples(samples: list[Sample]) -> dict[str, np.ndarray]:
+    """Training samples as flat arrays plus lengths (what :func:`distributed.broadcast_arrays` sends)."""
+    return {
+        "prompt": np.concatenate([s.prompt for s in samples]),
+        "prompt_len": np.asarray([len(s.prompt) for s in samples]),
+        "completion": np.concatenate([s.completion for s in samples]),
+        "logprobs": np.concatenate([s.sampler_logprobs for s in samples]),
+        "completion_len": np.asarray([len(s.completion) for s in samples]),
+        "advantage": np.asarray([s.advantage for s in samples], np.float64),
+    }
+
+
+def unpack_samples(arrays: dict[str, np.ndarray]) -> list[Sample]:
+    """The inverse of :func:`pack_samples` (same values and dtypes)."""
+    prompts = np.split(arrays["prompt"], np.cumsum(arrays["prompt_len"])[:-1])
+    cuts = np.cumsum(arrays["completion_len"])[:-1]
+    completions, logprobs = np.split(arrays["completion"], cuts), np.split(arrays["logprobs"], cuts)
+    return [Sample(p, c, lp, float(a)) for p, c, lp, a in zip(prompts, completions, logprobs, arrays["advantage"])]

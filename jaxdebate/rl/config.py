@@ -21,7 +21,9 @@ class LossConfig(Section):
     batch) or ``sequence`` (mean over a sequence's tokens, then over sequences). ``ppo_epochs``:
     optimiser updates per sampled batch (1 = on-policy GRPO; >1 makes the clip matter).
     ``filter_zero_signal``/``filter_truncated``: drop groups whose shaped rewards are all equal and
-    truncated completions.
+    truncated completions. ``truncated_as_wrong``: a turn that hit ``sampler.max_new_tokens`` counts
+    as a wrong answer with no vote before shaping (with ``filter_truncated=False`` it is then trained
+    on, so running past the budget is penalised instead of silently dropped).
     """
 
     _name: ClassVar[str] = "loss"
@@ -36,6 +38,7 @@ class LossConfig(Section):
     ppo_epochs: int = 1
     filter_zero_signal: bool = True
     filter_truncated: bool = True
+    truncated_as_wrong: bool = False
 
     def validate(self) -> None:
         self._positive("advantage_eps", "clip_eps_high")
@@ -90,7 +93,12 @@ class TrainingConfig(Section):
     hard-updated every ``hard_update_ref_every_steps``. ``max_tokens_per_microbatch`` bounds the
     learner's memory (row positions per forward/backward pass). ``packing`` lays several samples out
     per row with shared prompt prefixes stored once (same loss and gradients, fewer FLOPs;
-    :mod:`jaxdebate.rl.batching`); off, each sample gets its own padded row.
+    :mod:`jaxdebate.rl.batching`); off, each sample gets its own padded row. An update whose loss,
+    gradient or result is non-finite is not applied; ``nonfinite_patience`` such updates in a row
+    stop the run with an error naming the step and the metric; ``idle_warning_steps`` steps in a row
+    without an update are reported once, with the reason (0: never). ``reuse_initial_validation``: step
+    0's validation of the base model is cached and reused by every run that would compute the same
+    (:mod:`jaxdebate.rl.validation_plan`).
     """
 
     _name: ClassVar[str] = "training"
@@ -107,10 +115,14 @@ class TrainingConfig(Section):
     max_tokens_per_microbatch: int = 16384
     validate_at_start: bool = False
     packing: bool = True
+    nonfinite_patience: int = 3
+    reuse_initial_validation: bool = True
+    idle_warning_steps: int = 3
 
     def validate(self) -> None:
         self._at_least(
             1, "train_batch_size", "eval_batch_size", "generations_per_prompt", "total_train_steps",
             "export_every_steps", "hard_update_ref_every_steps", "log_every_steps", "max_tokens_per_microbatch",
+            "nonfinite_patience",
         )
-        self._at_least(0, "validation_every_steps", "checkpoint_every_steps")  # 0 turns it off
+        self._at_least(0, "validation_every_steps", "checkpoint_every_steps", "idle_warning_steps")  # 0 turns it off

@@ -129,7 +129,7 @@ class Learner:
         (_, aux), g = jax.value_and_grad(self._loss, has_aux=True)(params, ref_params, batch, base)
         return jax.tree.map(jnp.add, grads, g), aux
 
-    def _apply_impl(self, state: TrainState, grads):
+    def _apply_impl(self, state: TrainState, grads, loss):
         grad_norm = optax.global_norm(grads)
         clip = self.opt_cfg.grad_clip
         if clip > 0:
@@ -137,7 +137,15 @@ class Learner:
             grads = jax.tree.map(lambda g: g * scale, grads)
         updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = {"grad_norm": grad_norm, "lr": self.schedule(state.step)}
+        # A non-finite loss, gradient or result is never applied: the state stays as it was (the
+        # update counter still advances, so the schedule stays aligned with the trainer's steps).
+        finite = {"loss": jnp.isfinite(loss), "grad_norm": jnp.isfinite(grad_norm),
+                  "params": all_finite(params) & all_finite(opt_state)}
+        ok = finite["loss"] & finite["grad_norm"] & finite["params"]
+        new, old = (params, opt_state), (state.params, state.opt_state)
+        params, opt_state = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, old)
+        metrics = {"grad_norm": grad_norm, "lr": self.schedule(state.step),
+                   **{f"nonfinite/{k}": 1.0 - v.astype(jnp.float32) for k, v in finite.items()}}
         return dataclasses.replace(state, params=params, opt_state=opt_state, step=state.step + 1), metrics
 
     # ----------------------------------------------------------------------------- stateful shell
@@ -193,12 +201,25 @@ class Learner:
                 sums[k] = sums.get(k, 0.0) + float(v)
             for k, v in m.items():
                 maxes[k] = max(maxes.get(k, 0.0), float(v))
-        state, extra = self._apply(state, grads)
+        state, extra = self._apply(state, grads, jnp.float32(sums.get("loss", 0.0)))
         return state, summarize(sums, maxes, extra)
 
     def hard_update_reference(self, state: TrainState) -> TrainState:
         """The reference policy becomes a copy of the current policy."""
         return dataclasses.replace(state, ref_params=jax.tree.map(jnp.copy, state.params))
+
+
+def all_finite(tree) -> jax.Array:
+    """bool []: every floating-point leaf of ``tree`` is finite (integer leaves always are)."""
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+              if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def nonfinite_update(metrics: dict[str, float]) -> str | None:
+    """The names of what was non-finite in an update's ``metrics`` (``None``: the update applied)."""
+    bad = [k.split("/", 1)[1] for k, v in metrics.items() if k.startswith("nonfinite/") and v]
+    return ", ".join(bad) if bad else None
 
 
 def summarize(sums: dict[str, float], maxes: dict[str, float], extra: dict[str, Any]) -> dict[str, float]:

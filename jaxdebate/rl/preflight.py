@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from jaxdebate.data.items import Item
 from jaxdebate.debate.envs import DebateEnv, make_env, route
 from jaxdebate.debate.fitting import check_first_prompts
+from jaxdebate.rl.validation_plan import plan
 
 if TYPE_CHECKING:
     from jaxdebate.config import Config
@@ -26,17 +27,17 @@ def envs_for(items: Sequence[Item], config: Config, remap: Mapping[str, str] | N
     return out
 
 
-def check_prompts_fit(config: Config, tokenizer, train: Sequence[Item], validation: Sequence[Item]) -> int:
-    """PromptTooLongError (a DataError) listing every training or validation item whose round-1
-    prompt exceeds ``debate.max_sequence_length - sampler.max_new_tokens``; returns that budget."""
+def check_prompts_fit(config: Config, tokenizer, train: Sequence[Item], validation: Sequence[Item],
+                      transfer: Sequence[Item] = ()) -> int:
+    """PromptTooLongError (a DataError) listing every training, validation or transfer item whose
+    round-1 prompt, in each environment it is played in, exceeds
+    ``debate.max_sequence_length - sampler.max_new_tokens``; returns that budget."""
     budget = config.debate.max_sequence_length - config.sampler.max_new_tokens
     items = [*train]
     envs = envs_for(train, config, config.data.env_name_remap)
-    if config.data.validation_env is not None:
-        val = [it.with_env(config.data.validation_env) for it in validation]
-        envs += envs_for(val, config, None)
-    else:
-        val = list(validation)
-        envs += envs_for(val, config, config.data.env_name_remap)
-    check_first_prompts(envs, [*items, *val], tokenizer, budget)
+    for vset in plan(config.data, validation, transfer, with_transfer=True):
+        played = [it.with_env(vset.env) for it in vset.items] if vset.env else list(vset.items)
+        items += played
+        envs += envs_for(played, config, vset.remap)
+    check_first_prompts(envs, items, tokenizer, budget)
     return budget

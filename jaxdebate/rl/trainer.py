@@ -14,7 +14,6 @@ samples to the others; every process learns on its shard of the rows and saves c
 from __future__ import annotations
 
 import dataclasses
-import json
 import signal
 import sys
 import threading
@@ -30,33 +29,35 @@ from jax.sharding import Mesh
 from tqdm import tqdm
 
 from jaxdebate import distributed
-from jaxdebate.checkpointer import Checkpointer, checkpoint_dir
-from jaxdebate.configlib import diff, from_dict, to_dict
+from jaxdebate.checkpointer import CheckpointError, Checkpointer, checkpoint_dir
+from jaxdebate.configlib import to_dict
 from jaxdebate.data import ItemStream
 from jaxdebate.debate import Grader, run_debates
-from jaxdebate.errors import ConfigError, JaxDebateError
+from jaxdebate.errors import ConfigError, JaxDebateError, RunError
 from jaxdebate.metrics import MetricWriter
 from jaxdebate.model import load, load_tokenizer, make_mesh, shard_batch, shard_params
-from jaxdebate.rl.batching import Sample, make_microbatches, rows_cap_for
-from jaxdebate.rl import run_state
-from jaxdebate.rl.grpo import Learner
+from jaxdebate.model.mesh import sampling_devices
+from jaxdebate.rl.batching import Sample, make_microbatches, pack_samples, rows_cap_for, unpack_samples
+from jaxdebate.rl import config_history, run_state
+from jaxdebate.rl.grpo import Learner, all_finite, nonfinite_update
 from jaxdebate.rl.preflight import check_prompts_fit
-from jaxdebate.rl.step_metrics import NONDETERMINISTIC_PREFIXES, timing_metrics, train_metrics
+from jaxdebate.rl.step_metrics import timing_metrics, train_metrics
 from jaxdebate.rl.timing import PhaseTimer
-from jaxdebate.rl.validation import validate
+from jaxdebate.rl.watch import StepWatch
+from jaxdebate.rl import validation_plan
 from jaxdebate.sampling.base import SamplingParams
 from jaxdebate.sampling.factory import make_sampler
 from jaxdebate.shaping import compute_advantages, reward_metrics, sample_filter, shape_rewards, team_reward
+from jaxdebate.workdir_lock import WorkdirLock
 
 if TYPE_CHECKING:  # the root config sits above the learner; the trainer only reads its sections
     from jaxdebate.config import Config
 
-CONFIG_FILE = "config.json"
 UNREADABLE_DIR = "unreadable_checkpoints"  # damaged checkpoint steps are moved here on resume, not deleted
 # the sections of the experiment config the trainer reads
 _SECTIONS = ("model", "data", "debate", "sampler", "shaping", "loss", "optimizer", "training", "checkpoint",
              "logging")
-__all__ = ["NONDETERMINISTIC_PREFIXES", "RunResult", "Trainer", "train"]
+__all__ = ["RunResult", "Trainer", "train"]
 
 
 def _copy_tree(tree):
@@ -66,36 +67,6 @@ def _copy_tree(tree):
 def _sampling_seed(rng: jax.Array) -> tuple[jax.Array, int]:
     rng, sub = jax.random.split(rng)
     return rng, int(jax.random.randint(sub, (), 0, 2**31 - 1))
-
-
-def sampling_devices(local: list, training: int, wanted: int) -> list:
-    """Process 0's devices for the in-process sampler: the ``wanted`` devices after the ``training``
-    ones when the process has room for both (separate sampling GPUs, as in the seeds' launch), else
-    its first ``wanted`` (shared with the learner)."""
-    if wanted > len(local):
-        raise ConfigError(f"launch.sampling_devices={wanted} but process 0 has {len(local)} device(s)")
-    start = training if training + wanted <= len(local) else 0
-    return local[start:start + wanted]
-
-
-def _pack_samples(samples: list[Sample]) -> dict[str, np.ndarray]:
-    """Training samples as flat arrays plus lengths (what :func:`distributed.broadcast_arrays` sends)."""
-    return {
-        "prompt": np.concatenate([s.prompt for s in samples]),
-        "prompt_len": np.asarray([len(s.prompt) for s in samples]),
-        "completion": np.concatenate([s.completion for s in samples]),
-        "logprobs": np.concatenate([s.sampler_logprobs for s in samples]),
-        "completion_len": np.asarray([len(s.completion) for s in samples]),
-        "advantage": np.asarray([s.advantage for s in samples], np.float64),
-    }
-
-
-def _unpack_samples(arrays: dict[str, np.ndarray]) -> list[Sample]:
-    """The inverse of :func:`_pack_samples` (same values and dtypes)."""
-    prompts = np.split(arrays["prompt"], np.cumsum(arrays["prompt_len"])[:-1])
-    cuts = np.cumsum(arrays["completion_len"])[:-1]
-    completions, logprobs = np.split(arrays["completion"], cuts), np.split(arrays["logprobs"], cuts)
-    return [Sample(p, c, lp, float(a)) for p, c, lp, a in zip(prompts, completions, logprobs, arrays["advantage"])]
 
 
 class _Stop(BaseException):
@@ -119,11 +90,13 @@ class RunResult:
 class Trainer:
     """One experiment in ``workdir`` (checkpoints/, metrics.jsonl, tensorboard/, config.json)."""
 
-    def __init__(self, config: Config, workdir: str | Path) -> None:
+    def __init__(self, config: Config, workdir: str | Path, *, allow_config_change: bool = False) -> None:
         if not _is_experiment_config(config):
             raise ConfigError(f"Trainer needs a jaxdebate.config.Config, got {type(config).__name__}")
         self.config = config
         self.workdir = Path(workdir).expanduser().resolve()
+        self.allow_config_change = allow_config_change
+        self._config_changes: list = []
         self._stop_requested = 0
         self._interruptible = False
         self.timer = PhaseTimer()
@@ -151,7 +124,8 @@ class Trainer:
         self.sampler_device = local[0]
         self.tokenizer = load_tokenizer(cfg.model.source)
         train_items, self.val_items = cfg.data.load()
-        check_prompts_fit(cfg, self.tokenizer, train_items, self.val_items)
+        self.transfer_items = cfg.data.load_transfer()
+        check_prompts_fit(cfg, self.tokenizer, train_items, self.val_items, self.transfer_items)
         params, self.model_config = load(cfg.model.source, dtype=cfg.model.dtype, remat=cfg.model.remat)
         self.stream = ItemStream(train_items, cfg.training.train_batch_size, cfg.training.seed)
         self.grader = Grader() if self.main else None
@@ -176,12 +150,14 @@ class Trainer:
             self.sampler_version = 0
             self.ref_version = 0
             self._set_sampler_source(self.state.params)
-        self.resumed_from = latest
         self.sampler = self.writer = None
         if not self.main:  # process 0 alone samples and writes
             self._commit()
             return
-        (self.workdir / CONFIG_FILE).write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
+        config_history.record(self.workdir, cfg, self.step, self._config_changes)
+        for path, before, after in self._config_changes:
+            print(f"[jaxdebate] resuming step {self.step} with {path}: {before!r} -> {after!r} "
+                  f"(recorded in {config_history.HISTORY_FILE})", file=sys.stderr)
         self.sampler = make_sampler(
             cfg.sampler, self.sampler_params, self.model_config, self.tokenizer,
             workdir=self.workdir, max_total_len=cfg.debate.max_sequence_length, mesh=self.sampler_mesh,
@@ -206,6 +182,8 @@ class Trainer:
         step = self.step
         if step == 0 or step in self.checkpointer.all_steps():
             return
+        if not bool(all_finite(self.state.params)):  # never reached while the learner skips bad updates
+            raise JaxDebateError(f"step {step}: the parameters are non-finite; no checkpoint written")
         run = run_state.RunState(step=step, train=self.state, rng=self._committed["rng"],
                                  data=self._committed["data"], sampler_version=self.sampler_version,
                                  ref_version=self.ref_version, sampler_source=self.sampler_source)
@@ -222,11 +200,17 @@ class Trainer:
     def _restore(self, params, step: int) -> None:
         meta = self.checkpointer.metadata(step)
         run_state.check_metadata(meta, str(self.checkpointer.step_dir(step)))
-        saved = to_dict(self.config)
-        changed = diff(self.config, from_dict(type(self.config), meta.get("config", saved)))
-        if changed:
-            print(f"[jaxdebate] resuming step {step} with a changed config: "
-                  + ", ".join(f"{p}: {b!r} -> {a!r}" for p, a, b in changed), file=sys.stderr)
+        self._config_changes = config_history.check_resume(
+            self.config, meta.get("config", to_dict(self.config)), step, allow=self.allow_config_change)
+        saved_model = meta.get("model_config")
+        if saved_model is not None:  # never allowed: the checkpoint's arrays would not fit
+            now = dataclasses.asdict(self.model_config)
+            changed = [f"{k}: {saved_model.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(now) | set(saved_model))
+                       if saved_model.get(k) != now.get(k)]
+            if changed:
+                raise RunError(f"the model architecture differs from the one step {step} was trained with "
+                               f"({'; '.join(changed)}); resume with the original model.source or use "
+                               f"another --workdir")
         if self.mesh is not None:
             params = shard_params(params, self.mesh)
         self.learner.set_base(params)
@@ -238,6 +222,8 @@ class Trainer:
             # resumed process runs the very executables (and numerics) the uninterrupted one runs.
             restored = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), restored)
         run = run_state.unpack(restored, meta)
+        if not bool(all_finite(run.train.params)):  # written before divergence was caught: skipped
+            raise CheckpointError(f"checkpoint {self.checkpointer.step_dir(step)} holds non-finite parameters")
         self.step, self.state, self.rng = run.step, run.train, run.rng
         self.ref_version, self.sampler_version = run.ref_version, run.sampler_version
         self._set_sampler_source(run.sampler_source)
@@ -310,15 +296,18 @@ class Trainer:
         with timer("learning"):
             samples: list[Sample] = []
             if batch is not None:
-                shaped = shape_rewards(cfg.shaping, batch.correct, batch.votes, batch.gold, batch.active)
+                correct, votes = batch.correct, batch.votes
+                if cfg.loss.truncated_as_wrong:
+                    cut = batch.truncated()
+                    correct, votes = np.where(cut, 0.0, correct), np.where(cut, -1, votes)
+                shaped = shape_rewards(cfg.shaping, correct, votes, batch.gold, batch.active)
                 adv = compute_advantages(shaped, batch.active, estimator=cfg.loss.estimator,
                                          grouping=cfg.loss.grouping, eps=cfg.loss.advantage_eps)
                 keep, fstats = sample_filter(
                     shaped, batch.active, batch.truncated(), grouping=cfg.loss.grouping,
                     drop_zero_signal=cfg.loss.filter_zero_signal, drop_truncated=cfg.loss.filter_truncated,
                 )
-                rmetrics = reward_metrics(batch.correct, shaped,
-                                          team_reward(batch.votes, batch.gold, batch.active), batch.active)
+                rmetrics = reward_metrics(correct, shaped, team_reward(votes, batch.gold, batch.active), batch.active)
                 keep, adv = np.asarray(keep), np.asarray(adv)
                 samples = [
                     Sample(np.asarray(t.prompt_ids), np.asarray(t.completion_ids), np.asarray(t.logprobs),
@@ -366,7 +355,7 @@ class Trainer:
         self._sampled_tokens = float(batch.stats.get("completion_tokens", 0))
         return train_metrics(
             batch, reward=rmetrics, filters=fstats, advantages=adv, learner=lmetrics, layout=bstats,
-            updated=bool(samples), step=step, sampler_version=self.sampler_version, ref_version=self.ref_version,
+            updated=bool(samples) and nonfinite_update(lmetrics) is None, step=step, sampler_version=self.sampler_version, ref_version=self.ref_version,
             sampler_stats=self.sampler.stats(),
         )
 
@@ -380,32 +369,23 @@ class Trainer:
         if self.main:
             arrays = {"signal": np.asarray(signal_)}
             if samples:
-                arrays.update(_pack_samples(samples))
+                arrays.update(pack_samples(samples))
         got = distributed.broadcast_arrays(arrays)
         received = int(got["signal"])
         if received == _STOP:
             raise _Stop
         if received == _ABORT:
             raise JaxDebateError("process 0 failed while sampling this step (its log has the error)")
-        return _unpack_samples(got) if "advantage" in got else []
+        return unpack_samples(got) if "advantage" in got else []
 
     def _validate(self) -> dict[str, float]:
-        cfg = self.config
-        if not self.val_items or not self.main:
+        if not self.main:
             return {}
-        items, remap = self.val_items, cfg.data.env_name_remap
-        if cfg.data.validation_env is not None:
-            items, remap = [it.with_env(cfg.data.validation_env) for it in items], None
         with self.timer("validation"):
-            metrics, _ = validate(
-                self.sampler, self.tokenizer, items, debate=cfg.debate,
-                sampling=self._sampling_params(evaluation=True), grader=self.grader,
-                env_name_remap=remap, batch_size=cfg.training.eval_batch_size,
-                seed=cfg.training.seed + 7919,
-            )
-        out = {f"val/{k}": v for k, v in metrics.items()}
-        out["val/weight_version"] = float(self.sampler_version)
-        return out
+            metrics = validation_plan.run(
+                self.step, self.config, self.sampler, self.tokenizer, self.grader, self.val_items,
+                self.transfer_items, sampling=self._sampling_params(evaluation=True), workdir=self.workdir)
+        return {**metrics, "val/weight_version": float(self.sampler_version)} if metrics else {}
 
     # --------------------------------------------------------------------------------------- run
 
@@ -418,7 +398,10 @@ class Trainer:
         status = "finished"
         last: dict[str, float] = {}
         bar = None
+        lock = WorkdirLock(self.workdir)
         try:
+            if distributed.is_main():  # the other processes of a multi-process run share process 0's
+                lock.acquire()
             self._setup()
             previous_handlers = self._install_signals()
             bar = tqdm(total=t.total_train_steps, initial=self.step,
@@ -426,6 +409,7 @@ class Trainer:
                        desc=self.workdir.name, unit="step", dynamic_ncols=True)
             if t.validate_at_start and self.step == 0 and self.writer is not None:
                 self.writer.write(0, self._validate())
+            watch = StepWatch(t.nonfinite_patience, t.idle_warning_steps)
             while self.step < t.total_train_steps:
                 try:
                     metrics = self._train_step()
@@ -433,8 +417,16 @@ class Trainer:
                     status = "interrupted"
                     break
                 step = self.step
-                if t.validation_every_steps and step % t.validation_every_steps == 0:
-                    metrics.update(self._validate())
+                for line in watch.observe(step, metrics, self.checkpointer.latest_step()):
+                    print(f"[jaxdebate] {line}", file=sys.stderr)
+                # a failed validation is reported after the step is logged and checkpointed, so a
+                # rerun resumes after this step instead of losing it
+                val_error = None
+                if t.validation_every_steps and (step % t.validation_every_steps == 0 or step == t.total_train_steps):
+                    try:
+                        metrics.update(self._validate())
+                    except Exception as e:  # noqa: BLE001 - re-raised below, after the checkpoint
+                        val_error = e
                 seconds = self.timer.take()  # a checkpoint's time is reported with the next step
                 metrics.update(timing_metrics(seconds, step_seconds=self._step_seconds,
                                               sampled_tokens=self._sampled_tokens,
@@ -442,9 +434,15 @@ class Trainer:
                 # metrics first: a run killed while checkpointing has logged every step it resumes after
                 if self.writer is not None and (step % t.log_every_steps == 0 or step == t.total_train_steps):
                     self.writer.write(step, metrics)
-                if (t.checkpoint_every_steps and step % t.checkpoint_every_steps == 0) or step == t.total_train_steps:
+                if watch.stop is not None:
+                    raise watch.stop
+                due = (t.checkpoint_every_steps and step % t.checkpoint_every_steps == 0) or step == t.total_train_steps
+                if due or (val_error is not None and not distributed.is_multiprocess()):
                     with self.timer("checkpoint"):
                         self._save()
+                if val_error is not None:
+                    raise JaxDebateError(f"validation at step {step} failed (step {step} is logged and "
+                                         f"checkpointed; a rerun resumes after it): {val_error}") from val_error
                 last = metrics
                 bar.update(1)
                 bar.set_postfix(reward=f"{metrics.get('train/reward/raw/mean', 0):.3f}",
@@ -463,6 +461,7 @@ class Trainer:
                     signal.signal(s, h)
             self.timer.close()
             self._close()
+            lock.release()
         return RunResult(step=getattr(self, "step", 0), status=status, metrics=last, workdir=self.workdir)
 
     def _close(self) -> None:
@@ -482,6 +481,7 @@ def _is_experiment_config(config: Any) -> bool:
             and all(hasattr(config, s) for s in _SECTIONS))
 
 
-def train(config: Config, workdir: str | Path) -> RunResult:
-    """Run (or resume) one experiment in ``workdir``."""
-    return Trainer(config, workdir).run()
+def train(config: Config, workdir: str | Path, *, allow_config_change: bool = False) -> RunResult:
+    """Run (or resume) one experiment in ``workdir`` (see :mod:`jaxdebate.rl.config_history` for
+    what a resume may change)."""
+    return Trainer(config, workdir, allow_config_change=allow_config_change).run()

@@ -66,3 +66,29 @@ def validate(
             env_name_remap=env_name_remap, seed=int(np.uint32(seed + start)),
         ))
     return (accuracy_report(batches) if batches else {}), batches
+
+
+def item_rows(batches: Sequence[Any], *, set_name: str, mode: str) -> list[dict[str, Any]]:
+    """One JSON row per validated item (its first debate): every agent's answer and correctness per
+    round (None / False where the turn was not played), the debate's answer and whether it is right.
+    These paired rows are what per-run tests (McNemar, step 0 vs the end) are computed from."""
+    rows = []
+    for batch in batches:
+        turns = {t.index: t for t in batch.turns}
+        answers = batch.debate_answers()
+        final_ok = batch.debate_correct()
+        # the agents and rounds the batch's environment plays (a single-agent env: 1 x 1)
+        n_agents = int(batch.active.any(axis=(0, 1, 3)).nonzero()[0].max(initial=-1)) + 1
+        n_rounds = int(batch.active.any(axis=(0, 1, 2)).nonzero()[0].max(initial=-1)) + 1
+        for b, item in enumerate(batch.items):
+            chosen = int(answers[b, 0])
+            rows.append({
+                "id": item.id, "gold": item.answer, "set": set_name, "mode": mode,
+                "answers": [[getattr(turns.get((b, 0, a, r)), "answer", None) for r in range(n_rounds)]
+                            for a in range(n_agents)],
+                "correct": [[bool(batch.active[b, 0, a, r] and batch.correct[b, 0, a, r]) for r in range(n_rounds)]
+                            for a in range(n_agents)],
+                "answer": batch.classes[b][chosen] if chosen >= 0 else None,
+                "correct_final": bool(final_ok[b, 0]),
+            })
+    return rows

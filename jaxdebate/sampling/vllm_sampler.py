@@ -35,6 +35,7 @@ from jaxdebate.errors import ConfigError, SamplerError
 from jaxdebate.model.hf_format import weight_files
 from jaxdebate.processes import wait_until
 from jaxdebate.sampling.base import Completion, SamplingParams, per_prompt_params
+from jaxdebate.sampling.hardware import check_cpu_head_dim, is_cpu_build
 from jaxdebate.sampling.rwlock import ReadWriteLock
 from jaxdebate.sampling.vllm_config import VLLMConfig
 from jaxdebate.sampling.vllm_server import SERVED_MODEL_NAME, ServerUnavailable, VLLMServer
@@ -121,6 +122,8 @@ class VLLMSampler:
             with _closed_on_error(sampler):
                 sampler.update_weights(params, weight_version)
             return sampler
+        if is_cpu_build(config.python_path()):  # fail now, not at the first request of every restart
+            check_cpu_head_dim(model_config.head_dim)
         sync_dir = _new_sync_dir(config, workdir)
         t0 = time.perf_counter()
         export_hf(params, model_config, sync_dir, tokenizer=tokenizer, dtype=config.dtype)
@@ -310,7 +313,9 @@ class VLLMSampler:
             "model": self._served_name,
             "prompt": ids,
             "max_tokens": max_tokens,
-            "n": sp.n,
+            # vLLM refuses greedy requests with n > 1 (400 "n must be 1 when using greedy sampling");
+            # greedy samples are identical anyway, so one is asked for and _parse repeats it n times
+            "n": 1 if greedy else sp.n,
             "temperature": sp.temperature,
             "top_p": 1.0 if greedy else sp.top_p,
             "top_k": 0,
@@ -333,8 +338,9 @@ class VLLMSampler:
             choices = sorted(payload["choices"], key=lambda c: c.get("index", 0))
         except (KeyError, TypeError) as e:
             raise SamplerError(f"vLLM answer for prompt {index} has no choices: {str(payload)[:300]}") from e
-        if len(choices) != sp.n:
-            raise SamplerError(f"vLLM returned {len(choices)} completions for prompt {index}, expected n={sp.n}")
+        asked = 1 if sp.temperature == 0.0 else sp.n
+        if len(choices) != asked:
+            raise SamplerError(f"vLLM returned {len(choices)} completions for prompt {index}, expected n={asked}")
         out = []
         for choice in choices:
             finish = choice.get("finish_reason")
@@ -353,7 +359,7 @@ class VLLMSampler:
                 )
             out.append(Completion(tuple(int(t) for t in ids), choice.get("text") or "", tuple(logprobs),
                                   finish, version))
-        return out
+        return out * (sp.n // asked)  # greedy: the one completion for each of the n samples
 
     # ---------------------------------------------------------------------------------- weight sync
 
@@ -387,18 +393,23 @@ class VLLMSampler:
     def _retrying(self, call, what: str):
         """``call()``; after a lost server (dead or silent) restart it, or wait for an external one, and
         call again, at most ``max_restarts`` times."""
-        attempt = 0
+        attempt, last_cause = 0, None
         while True:
             epoch = self.server.starts
             try:
                 return call()
             except ServerUnavailable as e:
+                cause = None if self.server.external else self.server.root_cause()
+                if cause is not None and cause == last_cause:  # a restart did not help: it will not
+                    raise SamplerError(f"{what} failed: the vLLM server fails the same way after a restart: "
+                                       f"{cause} (log: {self.server.log_path})") from e
                 if attempt == self.config.max_restarts:
                     raise SamplerError(
-                        f"{what} failed after {attempt} restart(s) (sampler.vllm.max_restarts): "
-                        f"{e}\nlast lines of {self.server.log_path}:\n{self.server.log_tail()}"
+                        f"{what} failed after {attempt} restart(s) (sampler.vllm.max_restarts): {e}"
+                        + (f"\ncause: {cause}" if cause else "")
+                        + f"\nlast lines of {self.server.log_path}:\n{self.server.log_tail()}"
                     ) from e
-                attempt += 1
+                attempt, last_cause = attempt + 1, cause
                 self._recover(e, epoch)
 
     def _recover(self, error: Exception, epoch: int) -> None:

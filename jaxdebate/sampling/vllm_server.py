@@ -15,6 +15,7 @@ import http.client
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxdebate.errors import ConfigError, SamplerError
-from jaxdebate.processes import group_alive, wait_until
+from jaxdebate.processes import group_alive, pid_alive, wait_until
 from jaxdebate.sampling import vllm_guard, vllm_upload, vllm_worker_ext
 from jaxdebate.sampling.hardware import is_cpu_build, vllm_dtype
 from jaxdebate.sampling.vllm_config import VLLMConfig
@@ -40,6 +41,11 @@ _STOP_GRACE_S = 20.0
 _MAX_SOCKET_DIR = 60  # zmq ipc:// paths must stay short; longer run dirs get a short temp dir
 _SERVER_MODULES = (vllm_worker_ext, vllm_guard, vllm_upload)  # copied to the server's PYTHONPATH
 _UPLOAD_BLOCK = 1 << 20
+_START_MARK = "===== jaxdebate: starting vLLM"
+# an exception line, bare (a traceback's last line) or logged at ERROR/CRITICAL by vLLM's logger
+_EXCEPTION_LINE = re.compile(r"^(?:\(\w+ pid=\d+\) (?:ERROR|CRITICAL) \S+ \S+ \[[^]]*\] )?"
+                             r"(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception)): (.+)$")
+_GENERIC_ERRORS = ("EngineDeadError",)  # vLLM's wrapper around the real cause
 
 # Runs in the server's interpreter: die with the parent (PR_SET_PDEATHSIG = 1), then become vLLM.
 _LAUNCHER = """\
@@ -118,6 +124,15 @@ def _config_max_len(model_dir: Path) -> int:
         return 0
 
 
+def _remove_dead_temp_dirs(state_dir: Path) -> None:
+    """Remove ``state_dir/tmp-<pid>`` of processes that are gone (and the older shared ``tmp``)."""
+    shutil.rmtree(state_dir / "tmp", ignore_errors=True)
+    for path in state_dir.glob("tmp-*"):
+        pid = path.name.split("-")[1]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def server_env(config: VLLMConfig, state_dir: Path, socket_dir: Path, ext_dir: Path, *, cpu: bool,
                key: str) -> dict:
     """The server's environment: dev endpoints on but guarded by ``key`` (see :mod:`vllm_guard`),
@@ -172,7 +187,6 @@ class VLLMServer:
         self._proc: subprocess.Popen | None = None
         self._log_file = None
         self._socket_dir: Path | None = None
-        self._own_socket_dir = False
         self._host, self._port, self._api_key = host, int(port), api_key
         self._key = os.environ.get("VLLM_API_KEY", "") if self.external else ""
 
@@ -212,9 +226,11 @@ class VLLMServer:
         ext_dir.mkdir(exist_ok=True)
         for module in _SERVER_MODULES:
             shutil.copyfile(module.__file__, ext_dir / f"{module.MODULE_NAME}.py")
-        self._socket_dir = self.state_dir / "tmp"
-        self._own_socket_dir = len(str(self._socket_dir.absolute())) > _MAX_SOCKET_DIR
-        if self._own_socket_dir:
+        # temp files (sockets, compiled kernels) per trainer process, removed when the server stops
+        # and, for processes that died without stopping it, by the next start in this state dir
+        _remove_dead_temp_dirs(self.state_dir)
+        self._socket_dir = self.state_dir / f"tmp-{os.getpid()}-{secrets.token_hex(3)}"
+        if len(str(self._socket_dir.absolute())) > _MAX_SOCKET_DIR:
             self._socket_dir = Path(tempfile.mkdtemp(prefix="jaxdebate-vllm-"))
         self._socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._socket_dir.chmod(0o700)  # RPC sockets and temp files: private to this user
@@ -229,7 +245,7 @@ class VLLMServer:
         env = server_env(self.config, self.state_dir, self._socket_dir, ext_dir, cpu=cpu, key=self._key)
         self._log_file = open(self.log_path, "ab")
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        self._log_file.write(f"\n===== jaxdebate: starting vLLM at {stamp} on {self.url}: {' '.join(argv[4:])}\n".encode())
+        self._log_file.write(f"\n{_START_MARK} at {stamp} on {self.url}: {' '.join(argv[4:])}\n".encode())
         self._log_file.flush()
         self._proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT,
@@ -281,9 +297,9 @@ class VLLMServer:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
-        if self._own_socket_dir and self._socket_dir is not None:
+        if self._socket_dir is not None:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
-            self._own_socket_dir = False
+            self._socket_dir = None
 
     close = stop
 
@@ -326,6 +342,17 @@ class VLLMServer:
         except OSError:
             return "(no server log)"
         return "\n".join(text.splitlines()[-lines:])
+
+    def root_cause(self) -> str | None:
+        """The first exception line (``SomeError: message``) the server logged since its last start:
+        the cause that vLLM's own client-facing error ("EngineCore encountered an issue") hides."""
+        tail = self.log_tail(lines=4000)
+        section = tail.rsplit(_START_MARK, 1)[-1]
+        for line in section.splitlines():
+            found = _EXCEPTION_LINE.match(line.strip())
+            if found and found.group(1) not in _GENERIC_ERRORS:
+                return f"{found.group(1)}: {found.group(2).strip()}"
+        return None
 
     # ------------------------------------------------------------------------------------------ HTTP
 

@@ -1,0 +1,69 @@
+"""What a resumed run may change in its config, and the record of every change.
+
+A workdir's ``config.json`` is the config its first step ran with and is never rewritten. Resuming
+with a config that differs is refused (``RunError``, exit 2, the fields listed) unless every changed
+field is in :data:`SAFE_ON_RESUME` (run length, cadences, logging, checkpoint retention, cluster
+scheduling: nothing the learner computes with) or the user allows it explicitly
+(``--allow-config-change``). Each change that goes ahead is appended to ``config_history.jsonl``:
+the step it applies from, the fields (before -> after) and the full new config.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from jaxdebate.configlib import diff, from_dict, to_dict
+from jaxdebate.errors import RunError
+
+CONFIG_FILE = "config.json"
+HISTORY_FILE = "config_history.jsonl"
+# field paths (or section prefixes ending in ".") whose change does not touch what a step computes
+# (under a decaying learning-rate schedule, a new total_train_steps re-times the rest of the decay)
+SAFE_ON_RESUME = (
+    "training.total_train_steps", "training.validation_every_steps", "training.validate_at_start",
+    "training.checkpoint_every_steps", "training.log_every_steps", "training.eval_batch_size",
+    "training.nonfinite_patience", "checkpoint.", "logging.", "sampler.fallback",
+    "launch.executor", "launch.partition", "launch.priority", "launch.qos", "launch.account",
+    "launch.cpus_per_task", "launch.mem_gb", "launch.time_limit_minutes",
+)
+Change = tuple[str, Any, Any]  # (dotted path, before, after)
+
+
+def is_safe(path: str) -> bool:
+    return any(path == s or (s.endswith(".") and path.startswith(s)) for s in SAFE_ON_RESUME)
+
+
+def changes(config: Any, saved: dict[str, Any]) -> list[Change]:
+    """``[(path, before, after)]``: how ``config`` differs from a checkpoint's saved config dict
+    (fields added to the code since the checkpoint take their defaults, so they never count)."""
+    before = from_dict(type(config), saved)
+    return [(path, b, a) for path, b, a in diff(before, config)]
+
+
+def check_resume(config: Any, saved: dict[str, Any], step: int, *, allow: bool) -> list[Change]:
+    """The changes to resume ``step`` with; RunError listing them when one is unsafe and not allowed."""
+    found = changes(config, saved)
+    unsafe = [c for c in found if not is_safe(c[0])]
+    if unsafe and not allow:
+        listed = "; ".join(f"{p}: {b!r} -> {a!r}" for p, b, a in unsafe)
+        raise RunError(f"the config differs from the one step {step} was trained with ({listed}); resume "
+                       f"with the original config, use another --workdir, or pass --allow-config-change "
+                       f"to continue this run with the change recorded in {HISTORY_FILE}")
+    return found
+
+
+def record(workdir: Path, config: Any, step: int, found: Sequence[Change]) -> None:
+    """Write ``config.json`` when the run starts at step 0; append a history entry when it resumes
+    ``step`` with ``found`` changes (``config.json`` then keeps what the earlier steps used)."""
+    if step == 0:
+        (workdir / CONFIG_FILE).write_text(json.dumps(to_dict(config), indent=2) + "\n")
+    if found:
+        entry = {"from_step": step, "time": time.time(),
+                 "changed": [{"field": p, "before": b, "after": a} for p, b, a in found],
+                 "config": to_dict(config)}
+        with (workdir / HISTORY_FILE).open("a") as f:
+            f.write(json.dumps(entry) + "\n")

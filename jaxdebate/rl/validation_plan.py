@@ -1,0 +1,139 @@
+"""Which validations a run makes at a step, their per-item rows on disk, and the reuse of step 0.
+
+A run validates its held-out items in one or several environments (``data.validation_envs``; by
+default as routed by ``data.validation_env`` / ``data.env_name_remap``) and, at its first and last
+validation, the ``data.transfer`` set. Every validation writes ``WORKDIR/validation/step_<N>.jsonl``
+(one row per item and environment: :func:`jaxdebate.rl.validation.item_rows`).
+
+Step 0 validates the base model, which is the same computation in every run of a sweep that shares
+the model, the items, the debate protocol, the sampling settings and the code: its metrics and
+rows are cached under ``$JAXDEBATE_CACHE/validation/<key>.json`` and reused (``val/cached`` = 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from jaxdebate.configlib import to_dict
+from jaxdebate.data import Item
+from jaxdebate.rl.validation import item_rows, validate
+from jaxdebate.sampling.base import SamplingParams
+from jaxdebate.sampling.hardware import bf16_flags
+
+ROWS_DIR = "validation"
+_SOURCE = Path(__file__).resolve().parents[1]  # the jaxdebate package: its code is part of the key
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidationSet:
+    """Items played in one environment (``env=None``: routed by ``remap``), logged under ``prefix``."""
+
+    set_name: str  # "heldout" | "transfer"
+    mode: str  # the validation_envs name, "transfer", or "default"
+    prefix: str  # metric prefix, e.g. "val/debate/"
+    items: tuple[Item, ...]
+    env: str | None
+    remap: Any = None
+
+
+def plan(data, val_items: Sequence[Item], transfer_items: Sequence[Item], *, with_transfer: bool) -> list[ValidationSet]:
+    """The validations of one step (``data`` is the config's data section)."""
+    out = []
+    if val_items and data.validation_envs:
+        out += [ValidationSet("heldout", name, f"val/{name}/", tuple(val_items), env)
+                for name, env in data.validation_envs.items()]
+    elif val_items:
+        out.append(ValidationSet("heldout", "default", "val/", tuple(val_items), data.validation_env,
+                                 None if data.validation_env else data.env_name_remap))
+    if with_transfer and transfer_items:
+        out.append(ValidationSet("transfer", "transfer", "val/transfer/", tuple(transfer_items), data.transfer_env))
+    return out
+
+
+def write_rows(workdir: Path, step: int, rows: Sequence[dict[str, Any]]) -> Path:
+    """``workdir/validation/step_<step>.jsonl`` (replaced whole: a resumed run rewrites its step)."""
+    path = Path(workdir) / ROWS_DIR / f"step_{step}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    os.replace(tmp, path)
+    return path
+
+
+def _code_digest() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(_SOURCE.rglob("*.py")):
+        digest.update(path.relative_to(_SOURCE).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def initial_key(config, sets: Sequence[ValidationSet], sampler_identity: str) -> str:
+    """What step 0's validation depends on: model, items, debate protocol, sampling, seed, backend, code."""
+    payload = {
+        "model": to_dict(config.model), "debate": to_dict(config.debate),
+        "sampler": {k: v for k, v in to_dict(config.sampler).items() if k not in ("fallback",)},
+        "eval_batch_size": config.training.eval_batch_size, "seed": config.training.seed,
+        "sets": [[s.prefix, s.env, dict(s.remap or {}), [[i.id, i.problem, i.answer, i.env] for i in s.items]]
+                 for s in sets],
+        "sampler_identity": sampler_identity, "code": _code_digest(),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def cache_path(key: str) -> Path:
+    from jaxdebate.model.sources import cache_dir
+
+    return cache_dir() / "validation" / f"{key}.json"
+
+
+def load_cached(key: str) -> tuple[dict[str, float], list[dict[str, Any]]] | None:
+    try:
+        entry = json.loads(cache_path(key).read_text())
+        return entry["metrics"], entry["rows"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def store(key: str, metrics: dict[str, float], rows: Sequence[dict[str, Any]]) -> None:
+    path = cache_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"metrics": metrics, "rows": list(rows)}))
+    os.replace(tmp, path)
+
+
+def run(step: int, config, sampler, tokenizer, grader, val_items: Sequence[Item], transfer_items: Sequence[Item],
+        *, sampling: SamplingParams, workdir: Path) -> dict[str, float]:
+    """Validate every set of ``step`` (the transfer set at step 0 and the last step), write the rows,
+    and reuse or fill the step-0 cache; the metrics, prefixed per set ({} when nothing to validate)."""
+    ends = step in (0, config.training.total_train_steps)
+    sets = plan(config.data, val_items, transfer_items, with_transfer=ends)
+    if not sets:
+        return {}
+    key = None
+    if step == 0 and config.training.reuse_initial_validation:
+        key = initial_key(config, sets, f"{type(sampler).__name__}:{','.join(sorted(bf16_flags()))}")
+        cached = load_cached(key)
+        if cached is not None:
+            write_rows(workdir, step, cached[1])
+            return {**cached[0], "val/cached": 1.0}
+    metrics: dict[str, float] = {}
+    rows: list[dict[str, Any]] = []
+    for vset in sets:
+        items = [it.with_env(vset.env) for it in vset.items] if vset.env else list(vset.items)
+        found, batches = validate(sampler, tokenizer, items, debate=config.debate, sampling=sampling, grader=grader,
+                                  env_name_remap=vset.remap, batch_size=config.training.eval_batch_size,
+                                  seed=config.training.seed + 7919)
+        metrics.update({f"{vset.prefix}{k}": v for k, v in found.items()})
+        rows += item_rows(batches, set_name=vset.set_name, mode=vset.mode)
+    write_rows(workdir, step, rows)
+    if key is not None:
+        store(key, metrics, rows)
+    return metrics

@@ -1,0 +1,56 @@
+"""Validation as the experiment needs it (issue 24 item 2): the held-out items single-agent and as a
+debate, the transfer set at the start and the end, per-item rows per validation, and step 0 computed
+once and reused by a second run that would compute the same."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from jaxdebate.launch import EXIT_OK, main
+from jaxdebate.metrics import read_metrics
+
+OVERRIDES = [
+    "training.total_train_steps=2", "training.validation_every_steps=1", "training.validate_at_start=true",
+    "training.checkpoint_every_steps=0", "training.train_batch_size=1", "sampler.max_new_tokens=8",
+    "data.validation_size=3", "data.validation_envs={'single': 'math', 'debate': 'math_debate'}",
+    "data.transfer=arithmetic:level=1,n=2,seed=3", "logging.progress_bar=false",
+]
+
+
+def _rows(workdir, step):
+    return [json.loads(x) for x in (workdir / "validation" / f"step_{step}.jsonl").read_text().splitlines()]
+
+
+def test_every_validation_writes_item_rows_and_step_0_is_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAXDEBATE_CACHE", str(tmp_path / "cache"))
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert main(["--config", "configs/smoke.py", "--workdir", str(first), "--set", *OVERRIDES]) == EXIT_OK
+
+    records = {r["step"]: r for r in read_metrics(first / "metrics.jsonl") if "val/single/accuracy" in r}
+    assert sorted(records) == [0, 1, 2]
+    for step, record in records.items():
+        rows = _rows(first, step)
+        kinds = sorted({(r["set"], r["mode"]) for r in rows})
+        ends = step in (0, 2)  # the transfer set at the start and the end only
+        assert kinds == sorted([("heldout", "debate"), ("heldout", "single")] + ([("transfer", "transfer")] if ends else []))
+        assert ("val/transfer/accuracy" in record) == ends
+        debate = [r for r in rows if r["mode"] == "debate"]
+        single = [r for r in rows if r["mode"] == "single"]
+        assert len(debate) == len(single) == 3 and [r["id"] for r in debate] == [r["id"] for r in single]
+        assert all(len(r["answers"]) == 3 and len(r["answers"][0]) == 2 for r in debate)  # 3 agents x 2 rounds
+        assert all(len(r["answers"]) == 1 and len(r["answers"][0]) == 1 for r in single)
+        # the rows and the logged metrics are one computation
+        assert np.mean([r["correct_final"] for r in debate]) == record["val/debate/accuracy/debate"]
+        assert np.mean([r["correct"][0][0] for r in single]) == record["val/single/accuracy"]
+    assert "val/cached" not in records[0]
+
+    # a second run of the same model, items, protocol and code reuses step 0 instead of recomputing it
+    assert main(["--config", "configs/smoke.py", "--workdir", str(second), "--set", *OVERRIDES,
+                 "training.total_train_steps=1"]) == EXIT_OK
+    again = next(r for r in read_metrics(second / "metrics.jsonl") if r["step"] == 0)
+    assert again["val/cached"] == 1.0 and "time/validation" not in again
+    assert _rows(second, 0) == _rows(first, 0)
+    assert {k: v for k, v in again.items() if k.startswith("val/") and k != "val/cached"} == \
+        {k: v for k, v in records[0].items() if k.startswith("val/")}
