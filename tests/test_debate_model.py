@@ -57,6 +57,26 @@ def test_tiny_model_debates_two_rounds(sampler, tokenizer):
     assert (batch.votes[batch.correct > 0] == np.repeat(batch.gold, 8).reshape(2, 2, 2, 2)[batch.correct > 0]).all()
 
 
+def test_a_greedy_debate_samples_each_distinct_prompt_once(sampler, tokenizer):
+    """Greedy agents given the same prompt answer the same: a greedy 3x2 debate samples round 1 once
+    per item (its three agents share the prompt) and round 2 once per agent (each sees the others
+    under other names): 4 sequences per item, not 6."""
+    items = load_items("arithmetic:n=3", env="math_debate")
+    config = DebateConfig(num_agents=3, num_rounds=2, max_sequence_length=512)
+    with Grader(timeout_s=10.0) as grader:
+        batch = run_debates(sampler, tokenizer, items, config=config, n_rollouts=1,
+                            sampling=SamplingParams(temperature=0.0, max_tokens=10), grader=grader, seed=1)
+        one = run_debates(sampler, tokenizer, items[:1], config=DebateConfig(num_agents=1, num_rounds=1, max_sequence_length=512),
+                          n_rollouts=1, sampling=SamplingParams(temperature=0.0, max_tokens=10), grader=grader, seed=1)
+    assert batch.active.all() and len(batch.turns) == 18 and batch.stats["sampled_sequences"] == 12
+    for b in range(3):
+        first = [t for t in batch.turns if t.index[0] == b and t.index[3] == 0]
+        assert len({(t.prompt_ids, t.completion_ids) for t in first}) == 1
+        assert len({t.prompt_ids for t in batch.turns if t.index[0] == b and t.index[3] == 1}) == 3
+    # the shared round-1 answer is the single agent's greedy answer
+    assert next(t for t in batch.turns if t.index == (0, 0, 0, 0)).completion_ids == one.turns[0].completion_ids
+
+
 def test_shell_command_prints_transcripts(capsys):
     code = main(["--model", "tiny", "--data", "arithmetic", "--n", "1", "--agents", "2", "--rounds", "2",
                  "--rollouts", "1", "--max-tokens", "8", "--max-sequence-length", "512", "--json"])

@@ -48,7 +48,13 @@ def _generate(sampler: Sampler, prompts: list[list[int]], params: list[SamplingP
 class _Request(NamedTuple):
     prompt: list[int]
     params: SamplingParams
-    keys: tuple[tuple[int, int, int, int], ...]  # the turns (b, g, a, r) its n completions fill, in order
+    # the turns (b, g, a, r) its completions fill, in order; a greedy request asks for one completion
+    # and fills every key with it (greedy turns of one prompt are identical: sampling them is waste)
+    keys: tuple[tuple[int, int, int, int], ...]
+
+
+def _filled(request: _Request, result: list[Completion]) -> list[Completion]:
+    return list(result) * (len(request.keys) // len(result)) if len(result) == 1 else list(result)
 
 
 def _drive(sampler: Sampler, ready: list[_Request], advance, stats: dict) -> None:
@@ -58,13 +64,15 @@ def _drive(sampler: Sampler, ready: list[_Request], advance, stats: dict) -> Non
     starts when its own agents have answered (no barrier across the batch); any other sampler gets
     one ``generate`` call per wave of runnable requests (round by round). The seeds are per request,
     so the order of completion changes nothing. Records ``sampling_seconds`` (waiting for the
-    sampler), ``sampler_calls`` and ``mean_in_flight``: sequences in flight, averaged over that time.
+    sampler), ``sampler_calls``, ``sampled_sequences`` and ``mean_in_flight``: sequences in flight,
+    averaged over that time.
     """
     streaming = isinstance(sampler, StreamingSampler)
     inflight: dict[concurrent.futures.Future, _Request] = {}
     sequence_seconds = 0.0
     try:
         while ready or inflight:
+            stats["sampled_sequences"] = stats.get("sampled_sequences", 0) + sum(r.params.n for r in ready)
             start = time.perf_counter()
             if streaming:
                 for request in ready:
@@ -143,8 +151,10 @@ def run_debates(
              "trimmed_prompts": 0, "trimmed_answers": 0}
     grading_before = grader.stats
 
+    greedy = sampling.temperature == 0.0
+
     def first_request(b: int) -> _Request:  # round 1: one prompt for all rollouts and agents
-        n = G * envs[b].num_agents
+        n = 1 if greedy else G * envs[b].num_agents
         return _Request(list(first_ids[b]), dataclasses.replace(sampling, n=n, seed=derive_seed(seed, b, 0)),
                         tuple((b, g, a, 0) for g in range(G) for a in range(envs[b].num_agents)))
 
@@ -158,6 +168,10 @@ def run_debates(
             prompts_of[key], trims[key] = tuple(ids), trimmed
             stats["trimmed_prompts"] += bool(trimmed)
             stats["trimmed_answers"] += trimmed
+            same = next((i for i, req in enumerate(out) if greedy and req.prompt == ids), None)
+            if same is not None:  # greedy: an agent whose prompt another agent already sends
+                out[same] = out[same]._replace(keys=out[same].keys + (key,))
+                continue
             out.append(_Request(ids, dataclasses.replace(sampling, n=1, seed=derive_seed(seed, b, r, g, a)), (key,)))
         return out
 
@@ -167,7 +181,7 @@ def run_debates(
         """Record answers; the next round of every rollout whose agents have all answered."""
         rounds_done = []
         for request, result in finished:
-            for key, completion in zip(request.keys, result):
+            for key, completion in zip(request.keys, _filled(request, result)):
                 completions[key] = completion
                 answers[key] = extract_answer(completion.text, config.extraction)
                 active[key] = True
