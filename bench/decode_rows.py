@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
 
-    from jaxdebate.config import load_config
+    from jaxdebate.configlib import load_config
     from jaxdebate.debate.envs import make_env
     from jaxdebate.model import load, load_tokenizer
     from jaxdebate.sampling.base import SamplingParams

@@ -27,7 +27,7 @@ import numpy as np
 
 from jaxdebate.model import export_hf, load, load_tokenizer
 from jaxdebate.sampling.base import SamplingParams
-from jaxdebate.sampling.vllm_config import VLLMConfig
+from jaxdebate.sampling.vllm.config import VLLMConfig
 
 GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k_test.jsonl"
 
@@ -81,8 +81,8 @@ def bench_push_sync(params, config, tokenizer, args, workdir: Path) -> dict:
     import os
     import secrets
 
-    from jaxdebate.sampling.vllm_sampler import VLLMSampler
-    from jaxdebate.sampling.vllm_server import VLLMServer
+    from jaxdebate.sampling.vllm.client import VLLMSampler
+    from jaxdebate.sampling.vllm.server import VLLMServer
 
     export_hf(params, config, workdir / "served", tokenizer=tokenizer, dtype="bfloat16")
     key = secrets.token_urlsafe(32)
@@ -118,7 +118,7 @@ def greedy_agreement(a, b) -> dict:
 
 
 def bench_vllm(params, config, tokenizer, prompts, sp, args, workdir: Path) -> dict:
-    from jaxdebate.sampling.vllm_sampler import VLLMSampler
+    from jaxdebate.sampling.vllm.client import VLLMSampler
 
     cfg = VLLMConfig(dtype="bfloat16", enforce_eager=not args.compiled, kv_cache_gib=2)
     sampler, start_s = timed(lambda: VLLMSampler.from_params(

@@ -37,7 +37,7 @@ PROMPTS, GENERATIONS, MAX_NEW, BETA, LR = 2, 4, 128, 0.03, 3e-5
 
 def workload(steps: int):
     """The config both sides follow, and the step's items in the order ours consumes them."""
-    from jaxdebate.config import load_config
+    from jaxdebate.configlib import load_config
     from jaxdebate.data import ItemStream
 
     config = load_config(CONFIG, [f"training.train_batch_size={PROMPTS}"])

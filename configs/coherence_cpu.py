@@ -10,7 +10,7 @@ of levels 2-3 (where the 135M model has real but incomplete skill) with the ``an
 """
 
 from configs import coherence
-from jaxdebate.config import apply_overrides
+from jaxdebate.configlib import apply_overrides
 
 ARITHMETIC = "arithmetic:level=2..3,n=400,seed=21"
 

@@ -8,7 +8,7 @@ stage finds nothing to train on; point ``model.source`` at a small model that an
 """
 
 from configs import coherence
-from jaxdebate.config import apply_overrides
+from jaxdebate.configlib import apply_overrides
 
 
 def get_config():

@@ -6,7 +6,7 @@ per-round potential differences give non-zero advantages, so the update really m
 """
 
 from configs import base
-from jaxdebate.config import apply_overrides
+from jaxdebate.configlib import apply_overrides
 from jaxdebate.shaping import ShapingConfig
 
 

@@ -1,6 +1,6 @@
 """A trained run's policy for notebooks and tools: a workdir in, parameters, config and exports out.
 
-The storage itself (``Checkpointer`` over orbax, re-exported here) is :mod:`jaxdebate.checkpointer`.
+The storage itself (``Checkpointer`` over orbax) is :mod:`jaxdebate.checkpointer`.
 """
 
 from __future__ import annotations
@@ -8,14 +8,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from jaxdebate.checkpointer import (
-    CHECKPOINT_SUBDIR,
-    CheckpointError,
-    Checkpointer,
-    checkpoint_dir,
-    latest_step,
-    open_run,
-)
+from jaxdebate.checkpointer import CheckpointError, open_run
 from jaxdebate.config import Config
 from jaxdebate.configlib import from_dict
 from jaxdebate.model import LlamaConfig, export_hf, load, peft_export
@@ -76,15 +69,4 @@ def export_checkpoint(workdir: str | Path, out_dir: str | Path, step: int | None
     return out
 
 
-__all__ = [
-    "CHECKPOINT_SUBDIR",
-    "CheckpointError",
-    "Checkpointer",
-    "checkpoint_dir",
-    "export_adapter",
-    "export_checkpoint",
-    "latest_step",
-    "load_policy",
-    "restore",
-    "restore_trainable",
-]
+__all__ = ["export_adapter", "export_checkpoint", "load_policy", "restore", "restore_trainable"]

@@ -5,7 +5,7 @@ Each section lives with the package that uses it (``model``: :mod:`jaxdebate.mod
 ``data``, ``debate``, ``shaping``: their packages' ``config`` modules); the run-level sections
 (``checkpoint``, ``logging``, ``launch``) are here. The generic machinery (type checks, ``--set``
 overrides, ``load_config``, ``to_dict``/``from_dict``) is :mod:`jaxdebate.configlib`; this module
-re-exports it and every section, so ``from jaxdebate.config import ...`` keeps working.
+exports the root and every section, so a config file imports its types from one place.
 
 Every section validates itself when built and raises :class:`~jaxdebate.errors.ConfigError` naming
 ``section.field``; the root :class:`Config` adds the cross-field checks.
@@ -16,20 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Literal
 
-from jaxdebate.configlib import (
-    Section,
-    _hints,
-    apply_overrides,
-    check_value,
-    diff,
-    format_config,
-    from_dict,
-    load_config,
-    load_config_module,
-    non_finite_path,
-    parse_value,
-    to_dict,
-)
+from jaxdebate.configlib import Section, _hints, check_value
 from jaxdebate.data.config import DataConfig
 from jaxdebate.debate.config import DebateConfig
 from jaxdebate.debate.envs import env_names
@@ -176,15 +163,4 @@ __all__ = [
     "SamplerConfig",
     "ShapingConfig",
     "TrainingConfig",
-    "Section",
-    "apply_overrides",
-    "check_value",
-    "diff",
-    "format_config",
-    "from_dict",
-    "load_config",
-    "load_config_module",
-    "non_finite_path",
-    "parse_value",
-    "to_dict",
 ]

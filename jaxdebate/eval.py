@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxdebate.errors import ConfigError, JaxDebateError
+from jaxdebate.sampling.factory import BACKENDS
 
 DEFAULT_MAX_TOKENS = 512
 
@@ -53,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=None,
                    help=f"new tokens per turn (default: the workdir's, else {DEFAULT_MAX_TOKENS})")
     p.add_argument("--max-sequence-length", type=int, default=None, help="prompt + completion budget")
-    p.add_argument("--sampler", choices=("jax", "vllm"), default="jax")
+    p.add_argument("--sampler", choices=tuple(BACKENDS), default="jax")
     p.add_argument("--vllm-dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--batch-size", type=int, default=64, help="items per sampler call")
     p.add_argument("--seed", type=int, default=0)
@@ -92,7 +93,8 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def load_model(spec: str, step: int | None):
     """``(params, llama_config, tokenizer, run_config or None)`` of a model source or a workdir."""
-    from jaxdebate.checkpoint import CHECKPOINT_SUBDIR, load_policy
+    from jaxdebate.checkpoint import load_policy
+    from jaxdebate.checkpointer import CHECKPOINT_SUBDIR
 
     path = Path(spec).expanduser()
     if path.is_dir() and (path / CHECKPOINT_SUBDIR).is_dir():
@@ -190,7 +192,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from jaxdebate.errors import DataError
     from jaxdebate.sampling.base import SamplingParams
     from jaxdebate.sampling.factory import make_sampler
-    from jaxdebate.sampling.vllm_config import VLLMConfig
+    from jaxdebate.sampling.vllm.config import VLLMConfig
 
     _check_args(args)
     items = load_items(args.data)

@@ -90,7 +90,8 @@ def enable_compilation_cache() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from jaxdebate.config import Config, format_config, load_config
+    from jaxdebate.config import Config
+    from jaxdebate.configlib import format_config, load_config
 
     overrides = [*args.overrides, *args.overrides_positional]
     workdir = Path(args.workdir) if args.workdir else default_workdir(args.config)

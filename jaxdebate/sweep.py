@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from jaxdebate.analysis import aligned_table, final_metrics
-from jaxdebate.config import LaunchConfig, apply_overrides, load_config, to_dict
+from jaxdebate.config import LaunchConfig
+from jaxdebate.configlib import apply_overrides, load_config, to_dict
 from jaxdebate.errors import ConfigError
 from jaxdebate.processes import pid_alive
 from jaxdebate.shaping import config_names

@@ -3,7 +3,7 @@ when the server's virtualenv is missing."""
 
 import pytest
 
-from jaxdebate.sampling.vllm_config import VLLMConfig
+from jaxdebate.sampling.vllm.config import VLLMConfig
 
 REAL_SERVER = [
     pytest.mark.vllm,

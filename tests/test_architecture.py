@@ -5,6 +5,7 @@ included; imports under ``if TYPE_CHECKING:`` are annotations only and do not co
 from __future__ import annotations
 
 import ast
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -122,3 +123,26 @@ def test_the_checker_sees_a_cycle_and_an_upward_import():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
     assert "jaxdebate.data.config" in _graph()["jaxdebate.config"]
+
+
+SERVER_PACKAGES = ("__future__", "vllm", "torch", "safetensors")  # vLLM and what it installs itself
+
+
+def test_in_server_modules_import_only_the_standard_library_and_vllm():
+    """``sampling/vllm/in_server/`` runs inside the vLLM server's virtualenv (copied onto its
+    PYTHONPATH one file at a time): jaxdebate, its dependencies and its sibling files are not there."""
+    directory = PACKAGE / "sampling" / "vllm" / "in_server"
+    modules = [p for p in directory.glob("*.py") if p.name != "__init__.py"]
+    assert len(modules) == 3
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{path.name}: relative import"
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names or top in SERVER_PACKAGES, f"{path.name} imports {name}"

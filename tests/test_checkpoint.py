@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxdebate.checkpoint import CheckpointError, Checkpointer
+from jaxdebate.checkpointer import CheckpointError, Checkpointer
 
 
 def _state(step):

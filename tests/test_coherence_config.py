@@ -7,7 +7,7 @@ import pytest
 
 from jaxdebate.coherence import jsonl
 from jaxdebate.coherence.config import CoherenceConfig
-from jaxdebate.config import from_dict, load_config, to_dict
+from jaxdebate.configlib import from_dict, load_config, to_dict
 from jaxdebate.errors import ConfigError, DataError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def test_malformed_line_in_the_middle_names_file_and_line(tmp):
 
 def test_eval_dir_is_one_name_inside_the_workdir_and_configs_load():
     from jaxdebate.coherence.config import CoherenceConfig
-    from jaxdebate.config import apply_overrides, load_config
+    from jaxdebate.configlib import apply_overrides, load_config
     from jaxdebate.errors import ConfigError
 
     assert apply_overrides(CoherenceConfig(), ["eval.dir=eval_gsm8k_platinum"]).eval.dir == "eval_gsm8k_platinum"

@@ -13,7 +13,8 @@ from jaxdebate.coherence import batching, train
 from jaxdebate.model import lora
 from jaxdebate.coherence.config import CoherenceConfig, DPOConfig, LoraConfig
 from jaxdebate.coherence.dpo import dpo_loss, sequence_logprobs
-from jaxdebate.config import LoggingConfig, ModelConfig, apply_overrides
+from jaxdebate.config import LoggingConfig, ModelConfig
+from jaxdebate.configlib import apply_overrides
 from jaxdebate.errors import ConfigError
 from jaxdebate.model import logits
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from jaxdebate.config import Config, apply_overrides, from_dict, load_config, to_dict
+from jaxdebate.config import Config
+from jaxdebate.configlib import apply_overrides, from_dict, load_config, to_dict
 from jaxdebate.errors import ConfigError
 
 STRATEGY_FILES = {

@@ -58,17 +58,17 @@ def test_module_entry_point_runs_as_a_process():
 
 
 def test_vllm_backend_without_a_server_falls_back_or_fails_before_compute(tmp_path, capsys):
-    from jaxdebate.config import load_config
-    from jaxdebate.sampling.factory import resolve_backend
+    from jaxdebate.configlib import load_config
+    from jaxdebate.sampling.factory import choose_backend
 
     absent = f"sampler.vllm.python={tmp_path / 'no-venv' / 'bin' / 'python'}"
     config = load_config("configs/coma.py", [absent])
     assert config.sampler.backend == "vllm" and config.sampler.fallback == "jax"
-    assert resolve_backend(config.sampler) == "jax"
+    assert choose_backend(config.sampler)[0] == "jax"
     assert "install_vllm.sh" in capsys.readouterr().err  # the fallback is announced, not silent
 
     reachable = load_config("configs/coma.py", [absent, "sampler.vllm.url=http://127.0.0.1:1"])
-    assert resolve_backend(reachable.sampler) == "vllm"  # a given URL counts as reachable
+    assert choose_backend(reachable.sampler)[0] == "vllm"  # a given URL counts as reachable
 
     workdir = tmp_path / "run"
     assert main(["--config", "configs/coma.py", "--workdir", str(workdir), "--set", absent,
@@ -206,7 +206,7 @@ def test_non_finite_floats_are_refused_naming_the_field(capsys, override, field)
 def test_format_config_never_writes_non_standard_json():
     import dataclasses
 
-    from jaxdebate.config import format_config
+    from jaxdebate.configlib import format_config
     from jaxdebate.errors import ConfigError
 
     @dataclasses.dataclass(frozen=True)

@@ -13,8 +13,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdebate.checkpoint import Checkpointer, restore
-from jaxdebate.checkpointer import CheckpointError
+from jaxdebate.checkpoint import restore
+from jaxdebate.checkpointer import CheckpointError, Checkpointer
 from jaxdebate.launch import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, main
 from jaxdebate.metrics import read_metrics
 from jaxdebate.rl.config_history import HISTORY_FILE
@@ -53,7 +53,7 @@ def test_a_diverged_update_is_not_applied_and_the_run_stops_naming_step_and_metr
 
 
 def test_restore_and_eval_refuse_non_finite_parameters(tmp_path, capsys):
-    from jaxdebate.config import load_config
+    from jaxdebate.configlib import load_config
     from jaxdebate.configlib import to_dict
     from jaxdebate import eval as evaluate
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from jaxdebate import analysis
-from jaxdebate.checkpoint import latest_step
+from jaxdebate.checkpointer import latest_step
 from jaxdebate.errors import ConfigError
 from jaxdebate.sweep import make_executor, plan_runs, read_state, run_sweep, slurm_parameters, task_rank
 

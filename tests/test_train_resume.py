@@ -13,7 +13,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdebate.checkpoint import Checkpointer, restore
+from jaxdebate.checkpoint import restore
+from jaxdebate.checkpointer import Checkpointer
 from jaxdebate.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxdebate.checkpoint import Checkpointer, export_checkpoint, load_policy, restore
-from jaxdebate.config import load_config
+from jaxdebate.checkpoint import export_checkpoint, load_policy, restore
+from jaxdebate.checkpointer import Checkpointer
+from jaxdebate.configlib import load_config
 from jaxdebate.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]

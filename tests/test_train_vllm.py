@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from jaxdebate.config import load_config
+from jaxdebate.configlib import load_config
 from real_server import REAL_SERVER
 
 pytestmark = REAL_SERVER
@@ -87,8 +87,8 @@ def test_a_server_that_dies_the_same_way_after_a_restart_is_not_restarted_again(
     from jaxdebate.errors import SamplerError
     from jaxdebate.model import export_hf
     from jaxdebate.sampling.base import SamplingParams
-    from jaxdebate.sampling.vllm_config import VLLMConfig
-    from jaxdebate.sampling.vllm_sampler import VLLMSampler
+    from jaxdebate.sampling.vllm.config import VLLMConfig
+    from jaxdebate.sampling.vllm.client import VLLMSampler
 
     params, model_config = tiny_model
     export_hf(params, model_config, tmp_path / "hf", tokenizer=tokenizer)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from jaxdebate.errors import ConfigError, SamplerError
-from jaxdebate.sampling.vllm_config import VLLMConfig, repo_root
-from jaxdebate.sampling.vllm_sampler import request_seed
-from jaxdebate.sampling.vllm_server import VLLMServer, free_port, server_args, server_env
+from jaxdebate.sampling.vllm.config import VLLMConfig, repo_root
+from jaxdebate.sampling.vllm.client import request_seed
+from jaxdebate.sampling.vllm.server import VLLMServer, free_port, server_args, server_env
 
 
 def test_defaults_are_plain_and_round_trip():
@@ -48,7 +48,7 @@ def test_bad_values_name_the_field(field, value, words):
 
 def test_config_import_is_light():
     code = (
-        "import sys; import jaxdebate.sampling.vllm_config as m; "
+        "import sys; import jaxdebate.sampling.vllm.config as m; "
         "heavy = [n for n in ('jax', 'torch', 'vllm', 'transformers') if n in sys.modules]; "
         "assert not heavy, heavy"
     )
@@ -143,7 +143,7 @@ def test_unreachable_url_is_a_clear_error(tmp_path):
 
 
 def test_sync_dirs_left_by_dead_processes_are_removed(tmp_path):
-    from jaxdebate.sampling.vllm_sampler import _new_sync_dir
+    from jaxdebate.sampling.vllm.client import _new_sync_dir
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True).stdout.strip()
@@ -156,7 +156,7 @@ def test_sync_dirs_left_by_dead_processes_are_removed(tmp_path):
 
 def test_sync_dirs_are_private_to_the_user(tmp_path):
     """Issue 14 item 9 (part): the directory of weights the server reloads was created with the umask."""
-    from jaxdebate.sampling.vllm_sampler import _new_sync_dir
+    from jaxdebate.sampling.vllm.client import _new_sync_dir
 
     old = os.umask(0o002)  # a permissive umask, as on shared machines
     try:
@@ -228,13 +228,13 @@ def test_auto_backend_and_its_reason(tmp_path):
 
 def test_every_configurable_backend_has_a_builder():
     """Issue 15 item 4: backends are a registry, not an if/elif; the config's choices are its names."""
-    import typing
-
     from jaxdebate.config import SamplerConfig
     from jaxdebate.sampling.factory import BACKENDS
 
-    choices = typing.get_args(typing.get_type_hints(SamplerConfig)["backend"])
-    assert set(choices) == set(BACKENDS) | {"auto"}
+    for name in ("auto", *BACKENDS):
+        assert SamplerConfig(backend=name).backend == name
+    with pytest.raises(ConfigError, match=r"sampler\.backend must be auto or one of jax, vllm, got 'tpu'"):
+        SamplerConfig(backend="tpu")
 
 
 def test_sampler_metrics_report_a_sync_only_in_its_step():
@@ -244,3 +244,13 @@ def test_sampler_metrics_report_a_sync_only_in_its_step():
     assert sampler_metrics(stats, 3) == {"sampler/restarts": 1.0, "sync/export_s": 0.4, "sync/reload_s": 0.2}
     assert sampler_metrics(stats, 4) == {"sampler/restarts": 1.0}
     assert sampler_metrics({}, 1) == {}
+
+
+def test_the_server_interpreter_resolves_from_any_directory(tmp_path, monkeypatch):
+    """The default ``.venv-vllm/bin/python`` is relative: from another cwd it is found at the
+    checkout's root (``repo_root``: the directory holding the jaxdebate package)."""
+    from jaxdebate.sampling.vllm.config import VLLMConfig, repo_root
+
+    assert (repo_root() / "jaxdebate" / "__init__.py").is_file() and (repo_root() / "pyproject.toml").is_file()
+    monkeypatch.chdir(tmp_path)
+    assert VLLMConfig().python_path() == (repo_root() / ".venv-vllm" / "bin" / "python").absolute()

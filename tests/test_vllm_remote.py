@@ -1,5 +1,5 @@
 """A sampler whose vLLM server runs elsewhere (issue 16 item 4): the server is started on its own,
-with ``python -m jaxdebate.sampling.vllm_serve``, its own workdir and key, and — where this machine
+with ``python -m jaxdebate.sampling.vllm.serve``, its own workdir and key, and — where this machine
 allows a private mount namespace — its own empty ``/dev/shm``, so it cannot read the trainer's sync
 dir. The trainer reaches it by ``sampler.vllm.url`` and pushes weights over HTTP.
 
@@ -24,8 +24,8 @@ import pytest
 
 from jaxdebate.errors import SamplerError
 from jaxdebate.processes import wait_until
-from jaxdebate.sampling.vllm_config import VLLMConfig
-from jaxdebate.sampling.vllm_server import VLLMServer, free_port
+from jaxdebate.sampling.vllm.config import VLLMConfig
+from jaxdebate.sampling.vllm.server import VLLMServer, free_port
 from real_server import REAL_SERVER
 from test_vllm_sampler import QUESTIONS, Reference, assert_matches_reference, greedy, perturb
 
@@ -81,7 +81,7 @@ def remote(tmp_path_factory, tokenizer):
     start_params, start_config = _scaled(SERVER_START)
     export_hf(start_params, start_config, home / "model", tokenizer=tokenizer, dtype="float32")
     key, port = secrets.token_urlsafe(32), free_port()
-    serve = [sys.executable, "-m", "jaxdebate.sampling.vllm_serve", "--model", str(home / "model"),
+    serve = [sys.executable, "-m", "jaxdebate.sampling.vllm.serve", "--model", str(home / "model"),
              "--workdir", str(home / "work"), "--host", "127.0.0.1", "--port", str(port),
              "--dtype", "float32", "--kv-cache-gib", "1", "--max-model-len", "1024",
              "--python", str(VLLMConfig().python_path())]
@@ -117,7 +117,7 @@ def remote(tmp_path_factory, tokenizer):
 
 @pytest.fixture(scope="module")
 def sampler(remote, model, tokenizer, tmp_path_factory):
-    from jaxdebate.sampling.vllm_sampler import VLLMSampler
+    from jaxdebate.sampling.vllm.client import VLLMSampler
 
     url, key, _ = remote
     params, config = model
@@ -208,7 +208,7 @@ def test_remote_upload_route_needs_the_servers_key(sampler, remote):
 
 def test_remote_server_cannot_read_the_trainers_sync_dir(remote, model, tokenizer, tmp_path):
     """Control: a path sync to the isolated server fails, so the push is what the tests above use."""
-    from jaxdebate.sampling.vllm_sampler import VLLMSampler
+    from jaxdebate.sampling.vllm.client import VLLMSampler
 
     url, key, isolated = remote
     if not isolated:

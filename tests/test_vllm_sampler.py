@@ -21,7 +21,7 @@ import pytest
 
 from jaxdebate.errors import ConfigError, SamplerError
 from jaxdebate.sampling.base import Sampler, SamplingParams
-from jaxdebate.sampling.vllm_config import VLLMConfig
+from jaxdebate.sampling.vllm.config import VLLMConfig
 from real_server import REAL_SERVER
 
 pytestmark = REAL_SERVER
@@ -70,7 +70,7 @@ def prompts(tokenizer):
 
 @pytest.fixture(scope="module")
 def sampler(model, tokenizer, tmp_path_factory):
-    from jaxdebate.sampling.vllm_sampler import VLLMSampler
+    from jaxdebate.sampling.vllm.client import VLLMSampler
 
     params, config = model
     cfg = VLLMConfig(dtype="float32", kv_cache_gib=1, max_model_len=1024, startup_timeout_s=900)

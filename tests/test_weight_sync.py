@@ -14,9 +14,10 @@ from safetensors.numpy import load_file
 
 from jaxdebate.errors import ConfigError
 from jaxdebate.model import hf_state_dict, load
-from jaxdebate.sampling import vllm_worker_ext, weight_sync
-from jaxdebate.sampling.vllm_config import VLLMConfig
-from jaxdebate.sampling.weight_sync import SyncFile, SyncWriter
+from jaxdebate.sampling.vllm import weight_file as weight_sync
+from jaxdebate.sampling.vllm.in_server import worker_ext as vllm_worker_ext
+from jaxdebate.sampling.vllm.config import VLLMConfig
+from jaxdebate.sampling.vllm.weight_file import SyncFile, SyncWriter
 
 
 def _bytes(a):
@@ -104,7 +105,7 @@ def test_remote_sync_settings_are_validated():
 
 
 def test_remote_trainers_sharing_a_sync_dir_leave_each_others_dirs_alone(tmp_path):
-    from jaxdebate.sampling.vllm_sync import new_sync_dir
+    from jaxdebate.sampling.vllm.delivery import new_sync_dir
 
     dead = 2**22 + 17  # above the default pid_max: no such process here
     other_host = tmp_path / f"jaxdebate-vllm-{dead}-0123.another-host.cluster"
@@ -117,7 +118,7 @@ def test_remote_trainers_sharing_a_sync_dir_leave_each_others_dirs_alone(tmp_pat
 
 
 def test_remote_serve_refuses_to_run_without_a_key(monkeypatch, capsys, tmp_path):
-    from jaxdebate.sampling import vllm_serve
+    from jaxdebate.sampling.vllm import serve as vllm_serve
 
     monkeypatch.delenv("VLLM_API_KEY", raising=False)
     assert vllm_serve.main(["--model", str(tmp_path), "--workdir", str(tmp_path)]) == 2

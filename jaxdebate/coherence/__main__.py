@@ -28,7 +28,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jaxdebate.config import format_config, load_config
+    from jaxdebate.configlib import format_config, load_config
 
     args = parse_args(argv)
     overrides = list(args.overrides)

@@ -5,7 +5,7 @@ of ``sampler`` the pipeline uses ``backend``, ``top_p``, ``max_new_tokens`` and 
 ``temperature`` is ignored because every arm sets its own), ``data``,
 ``collect`` (arms and sampling), ``scores``, ``pairs``, ``lora``, ``dpo``, ``eval``. Every section
 type-checks its fields (the :class:`jaxdebate.config.Section` mixin) and raises ``ConfigError`` naming
-``section.field``; ``jaxdebate.config.to_dict`` is the serialised form and ``load_config`` reads
+``section.field``; ``jaxdebate.configlib.to_dict`` is the serialised form and ``load_config`` reads
 ``configs/coherence.py`` with ``section.field=value`` overrides.
 """
 
@@ -16,7 +16,8 @@ import re
 from typing import ClassVar, Literal
 
 from jaxdebate.coherence.arms import Arm, default_arms, validate_arms
-from jaxdebate.config import LoggingConfig, LoraConfig, ModelConfig, SamplerConfig, Section
+from jaxdebate.config import LoggingConfig, LoraConfig, ModelConfig, SamplerConfig
+from jaxdebate.configlib import Section
 from jaxdebate.errors import ConfigError
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from jaxdebate.coherence import jsonl
 from jaxdebate.coherence.config import CoherenceConfig
-from jaxdebate.config import to_dict
+from jaxdebate.configlib import to_dict
 from jaxdebate.errors import DataError
 
 STAGES = ("collect", "pairs", "train", "eval")

@@ -27,7 +27,7 @@ from jaxdebate.checkpointer import Checkpointer
 from jaxdebate.coherence import batching
 from jaxdebate.coherence.config import CoherenceConfig, DPOConfig
 from jaxdebate.coherence.dpo import dpo_loss, sequence_logprobs
-from jaxdebate.config import to_dict
+from jaxdebate.configlib import to_dict
 from jaxdebate.data.stream import epoch_order
 from jaxdebate.errors import ConfigError, DataError
 from jaxdebate.metrics import MetricWriter

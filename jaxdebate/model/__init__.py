@@ -19,7 +19,8 @@ from jaxdebate.model.llama import (
 from jaxdebate.model.logprobs import hidden_logprobs, token_logprobs
 from jaxdebate.model.mesh import make_mesh, shard_batch, shard_params
 from jaxdebate.model.tokenizer import Tokenizer, load_tokenizer
-from jaxdebate.model.weights import export_hf, hf_state_dict, load, load_hf_dir, params_from_tensors
+from jaxdebate.model.hf_format import export_hf, hf_state_dict, load_hf_dir, params_from_tensors
+from jaxdebate.model.weights import load
 
 __all__ = [
     "Cache",

@@ -112,11 +112,11 @@ class Embedding(nn.Module):
 def matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
     """``x [..., in] @ kernel [in, out]``, accumulated in float32 and rounded once to ``x``'s dtype.
 
-    Why not a plain dot: XLA:CPU runs bf16 x bf16 -> f32 on its fast path (~500 vs ~225 GFLOP/s for
-    a bf16-out dot, 2 AVX-512-bf16 cores), and lowers the weight gradient that autodiff derives (a
-    dot contracting the token axis of a transposed, fused operand) to a slow generic dot: this VJP
-    writes both gradients as plain contractions, which cuts an MLP block's forward + backward by a
-    third there (bench/README "train_step after the matmul VJP"). GPUs accumulate in f32 either way.
+    Why not a plain dot: XLA:CPU runs bf16 x bf16 -> f32 on its fast path (faster than a bf16-out
+    dot), and lowers the weight gradient that autodiff derives (a dot contracting the token axis of a
+    transposed, fused operand) to a slow generic dot: this VJP writes both gradients as plain
+    contractions (figures: bench/README "train_step after the matmul VJP"). GPUs accumulate in f32
+    either way.
     """
     return jnp.einsum("...i,io->...o", x, kernel, preferred_element_type=F32).astype(x.dtype)
 
@@ -188,8 +188,7 @@ def _attend(q, k, v, mask):
     [B, T, S]``, scores in float32; returns ``[B, T, KV, G, hd]`` (float32).
 
     The VJP is written out (the softmax's probabilities are its residual, as autodiff's would be):
-    XLA:CPU runs forward + backward in ~0.7x the time of the derived VJP (72 vs 106 ms for 4 x 512
-    tokens at SmolLM2's widths, 2 AVX-512 cores)."""
+    XLA:CPU runs it faster than the derived VJP (bench/README "train_step")."""
     return _attend_fwd(q, k, v, mask)[0]
 
 
@@ -220,7 +219,7 @@ _attend.defvjp(_attend_fwd, _attend_bwd)
 
 def _attend_one(q, k, v, mask):
     """:func:`_attend` for one query token (decoding). Contracting the cache with the slot axis
-    before the query group is ~2.5x faster on XLA:CPU than the general form (measured, B=64, S=512)."""
+    before the query group is faster on XLA:CPU than the general form (bench/README)."""
     scores = jnp.einsum("bksd,bkgd->bksg", k, q[:, :, :, 0], preferred_element_type=F32)
     scores = jnp.where(mask[:, 0, None, :, None], scores, jnp.finfo(F32).min)
     probs = jax.nn.softmax(scores, axis=2).astype(v.dtype)

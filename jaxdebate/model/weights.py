@@ -1,6 +1,6 @@
 """Load Llama weights from any source string into the parameter tree (``load``), and the ``tiny``
 random source. The HF format lives in :mod:`jaxdebate.model.hf_format`, GGUF reading in
-:mod:`jaxdebate.model.gguf`; their public names are re-exported here.
+:mod:`jaxdebate.model.gguf`.
 """
 
 from __future__ import annotations
@@ -13,28 +13,11 @@ import jax
 from jaxdebate.errors import ConfigError, WeightsError
 from jaxdebate.model import sources
 from jaxdebate.model.config import LlamaConfig
-from jaxdebate.model.gguf import gguf_config, load_gguf
-from jaxdebate.model.hf_format import (
-    apply_overrides,
-    export_hf,
-    hf_state_dict,
-    load_hf_dir,
-    params_from_tensors,
-    read_hf_config,
-)
+from jaxdebate.model.gguf import load_gguf
+from jaxdebate.model.hf_format import apply_overrides, load_hf_dir
 from jaxdebate.model.llama import Params, init_params
 
-__all__ = [
-    "export_hf",
-    "gguf_config",
-    "hf_state_dict",
-    "load",
-    "load_gguf",
-    "load_hf_dir",
-    "params_from_tensors",
-    "read_hf_config",
-    "tiny_config",
-]
+__all__ = ["load", "tiny_config"]
 
 _TINY_OPTIONS = {
     "layers": ("num_layers", int, 2),

@@ -1,5 +1,5 @@
 """Samplers (DESIGN §6): one interface (:mod:`jaxdebate.sampling.base`), an in-process JAX backend and
-a vLLM server backend (``jaxdebate.sampling.vllm_sampler``, imported on demand)."""
+a vLLM server backend (``jaxdebate.sampling.vllm.client``, imported on demand)."""
 
 from jaxdebate.sampling.base import Completion, Sampler, SamplingParams, StreamingSampler, per_prompt_params
 
@@ -7,7 +7,7 @@ __all__ = ["Completion", "JaxSampler", "Sampler", "SamplingParams", "StreamingSa
 
 
 def __getattr__(name: str):
-    # JaxSampler imports jax: load it on first use, so that config modules (sampling.vllm_config,
+    # JaxSampler imports jax: load it on first use, so that config modules (sampling.vllm.config,
     # imported by jaxdebate.config) stay free of jax.
     if name == "JaxSampler":
         from jaxdebate.sampling.jax_sampler import JaxSampler

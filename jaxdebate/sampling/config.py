@@ -6,7 +6,8 @@ import dataclasses
 from typing import ClassVar, Literal
 
 from jaxdebate.configlib import Section
-from jaxdebate.sampling.vllm_config import VLLMConfig
+from jaxdebate.sampling.factory import BACKENDS
+from jaxdebate.sampling.vllm.config import VLLMConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -15,12 +16,12 @@ class SamplerConfig(Section):
     where it is the faster path, see :func:`jaxdebate.sampling.factory.choose_backend`), the training
     sampling distribution (``temperature``, ``top_p``; the learner's log-probs use the same
     temperature), the completion budget per turn, and the validation temperature (0 = greedy).
-    ``vllm`` configures the server when ``backend='vllm'`` (see :mod:`jaxdebate.sampling.vllm_config`);
+    ``vllm`` configures the server when ``backend='vllm'`` (see :mod:`jaxdebate.sampling.vllm.config`);
     ``fallback`` says what happens when that server cannot be reached (no ``vllm.url``, no server
     virtualenv): ``jax`` samples in-process with a warning, ``error`` stops before any compute."""
 
     _name: ClassVar[str] = "sampler"
-    backend: Literal["auto", "jax", "vllm"] = "auto"
+    backend: str = "auto"  # "auto" or a name in sampling.factory.BACKENDS
     fallback: Literal["jax", "error"] = "jax"
     temperature: float = 1.0
     top_p: float = 1.0
@@ -29,6 +30,8 @@ class SamplerConfig(Section):
     vllm: VLLMConfig = dataclasses.field(default_factory=VLLMConfig)
 
     def validate(self) -> None:
+        if self.backend != "auto" and self.backend not in BACKENDS:
+            self._fail("backend", f"must be auto or one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if not self.temperature > 0:
             self._fail("temperature", "must be > 0 for training (the policy gradient needs samples)")
         if not 0 < self.top_p <= 1:

@@ -8,14 +8,17 @@ warning) or fails before any compute when it is ``'error'``.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from jaxdebate.sampling.config import SamplerConfig
 from jaxdebate.errors import ConfigError
 from jaxdebate.sampling.base import Sampler
 from jaxdebate.sampling.hardware import bf16_flags, is_cpu_build
+
+if TYPE_CHECKING:  # the sampler section validates its backend name against BACKENDS below
+    from jaxdebate.sampling.config import SamplerConfig
 
 
 def choose_backend(config: SamplerConfig, *, warn: bool = True) -> tuple[str, str]:
@@ -24,9 +27,9 @@ def choose_backend(config: SamplerConfig, *, warn: bool = True) -> tuple[str, st
     ``jax``/``vllm`` are taken as given, except that an unreachable vLLM (no ``sampler.vllm.url``, no
     server virtualenv) falls back to ``jax`` when ``config.fallback == 'jax'`` (a warning) and raises
     :class:`ConfigError` when it is ``'error'``. ``auto`` picks vLLM where it is the faster path: a
-    given URL, a GPU build, or a CPU with AVX-512 bf16/AMX (bf16 vLLM 401 vs JaxSampler 111 tokens/s
-    on 2 AVX-512 cores); on CPUs without them the in-process JAX sampler (vLLM's CPU server decodes
-    20-30 tokens/s in bf16 and 41-96 in fp32 there, the JAX sampler ~80 with shared-prefix prefill).
+    given URL, a GPU build, or a CPU with AVX-512 bf16/AMX; on CPUs without them the in-process JAX
+    sampler, which is as fast as vLLM's CPU server in fp32 there and much faster than it in bf16
+    (figures: README "Sampling backends", bench/README "sampler").
     """
     vllm = config.vllm
     if config.backend == "auto":
@@ -55,11 +58,6 @@ def choose_backend(config: SamplerConfig, *, warn: bool = True) -> tuple[str, st
     return "jax", "fallback: vLLM unreachable"
 
 
-def resolve_backend(config: SamplerConfig, *, warn: bool = True) -> str:
-    """The backend that will actually sample (see :func:`choose_backend`, which also says why)."""
-    return choose_backend(config, warn=warn)[0]
-
-
 def describe(config: SamplerConfig, backend: str, reason: str) -> str:
     """One start-up line: the sampler, its precision, and why each was chosen."""
     if backend != "vllm":
@@ -68,27 +66,42 @@ def describe(config: SamplerConfig, backend: str, reason: str) -> str:
     return f"sampler: vllm ({reason}); served in {resolved.dtype} ({why})"
 
 
-def _jax_backend(config: SamplerConfig, params: Any, model_config: Any, tokenizer: Any, *, workdir, max_total_len,
-                 mesh, seed, version) -> Sampler:
+@dataclasses.dataclass(frozen=True)
+class BackendContext:
+    """What every backend builder gets besides the ``sampler`` section: the weights to serve (and
+    their version), the model and tokenizer, where a server may keep its files, the sequence budget,
+    the devices (a mesh or None) and the run's seed."""
+
+    params: Any
+    model_config: Any
+    tokenizer: Any
+    workdir: Path | None = None
+    max_total_len: int | None = None
+    mesh: Any = None
+    seed: int = 0
+    version: int = 0
+
+
+def _jax_backend(config: SamplerConfig, ctx: BackendContext) -> Sampler:
     from jaxdebate.sampling.jax_sampler import JaxSampler
 
-    kwargs = {} if max_total_len is None else {"max_total_len": max_total_len}
-    return JaxSampler(params, model_config, tokenizer, mesh=mesh, seed=seed, weight_version=version, **kwargs)
+    kwargs = {} if ctx.max_total_len is None else {"max_total_len": ctx.max_total_len}
+    return JaxSampler(ctx.params, ctx.model_config, ctx.tokenizer, mesh=ctx.mesh, seed=ctx.seed,
+                      weight_version=ctx.version, **kwargs)
 
 
-def _vllm_backend(config: SamplerConfig, params: Any, model_config: Any, tokenizer: Any, *, workdir, max_total_len,
-                  mesh, seed, version) -> Sampler:
-    from jaxdebate.sampling.vllm_sampler import VLLMSampler
+def _vllm_backend(config: SamplerConfig, ctx: BackendContext) -> Sampler:
+    from jaxdebate.sampling.vllm.client import VLLMSampler
 
-    if workdir is None:
+    if ctx.workdir is None:
         raise ConfigError("the vLLM sampler needs a workdir (for its log and exported weights)")
-    return VLLMSampler.from_params(params, model_config, workdir=workdir, config=config.vllm,
-                                   tokenizer=tokenizer, weight_version=version)
+    return VLLMSampler.from_params(ctx.params, ctx.model_config, workdir=ctx.workdir, config=config.vllm,
+                                   tokenizer=ctx.tokenizer, weight_version=ctx.version)
 
 
-# backend name -> builder(config, params, model_config, tokenizer, *, workdir, max_total_len, mesh, seed,
-# version); a new backend adds its builder here and its name to SamplerConfig.backend
-BACKENDS: dict[str, Callable[..., Sampler]] = {"jax": _jax_backend, "vllm": _vllm_backend}
+# backend name -> builder; a new backend is its module plus one entry here (SamplerConfig, eval's
+# --sampler and the docs read the names from this registry)
+BACKENDS: dict[str, Callable[[SamplerConfig, BackendContext], Sampler]] = {"jax": _jax_backend, "vllm": _vllm_backend}
 
 
 def make_sampler(
@@ -108,7 +121,6 @@ def make_sampler(
     temp files in ``workdir/vllm/``."""
     backend, reason = choose_backend(config)
     print(f"[jaxdebate] {describe(config, backend, reason)}", file=sys.stderr)
-    if backend not in BACKENDS:
-        raise ConfigError(f"sampler.backend must be one of {', '.join(BACKENDS)} or auto, got {backend!r}")
-    return BACKENDS[backend](config, params, model_config, tokenizer, workdir=workdir,
-                             max_total_len=max_total_len, mesh=mesh, seed=seed, version=version)
+    ctx = BackendContext(params, model_config, tokenizer, Path(workdir) if workdir is not None else None,
+                         max_total_len, mesh, seed, version)
+    return BACKENDS[backend](config, ctx)

@@ -58,7 +58,7 @@ def vllm_dtype(dtype: str, *, external: bool, cpu_build: bool,
     """The served dtype for ``sampler.vllm.dtype`` (``auto`` resolved) and why.
 
     ``auto``: bfloat16 on a GPU build or a CPU with AVX-512 bf16/AMX; float32 on other CPUs, where
-    vLLM's bf16 decodes 2-4x slower than fp32 (~20-30 vs 50-96 tokens/s on a 2-core AVX2 EPYC).
+    vLLM's bf16 is emulated and decodes several times slower than fp32 (README "Sampling backends").
     """
     if dtype != "auto":
         return dtype, "set by sampler.vllm.dtype"

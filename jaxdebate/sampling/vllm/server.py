@@ -30,16 +30,17 @@ from typing import Any
 
 from jaxdebate.errors import ConfigError, SamplerError
 from jaxdebate.processes import group_alive, pid_alive, wait_until
-from jaxdebate.sampling import vllm_guard, vllm_upload, vllm_worker_ext
 from jaxdebate.sampling.hardware import is_cpu_build, vllm_dtype
-from jaxdebate.sampling.vllm_config import VLLMConfig
+from jaxdebate.sampling.vllm.config import VLLMConfig
+from jaxdebate.sampling.vllm.in_server import guard, worker_ext
+from jaxdebate.sampling.vllm.in_server import upload as upload_endpoint
 
 log = logging.getLogger(__name__)
 
 SERVED_MODEL_NAME = "jaxdebate-policy"
 _STOP_GRACE_S = 20.0
 _MAX_SOCKET_DIR = 60  # zmq ipc:// paths must stay short; longer run dirs get a short temp dir
-_SERVER_MODULES = (vllm_worker_ext, vllm_guard, vllm_upload)  # copied to the server's PYTHONPATH
+_SERVER_MODULES = (worker_ext, guard, upload_endpoint)  # copied to the server's PYTHONPATH
 _UPLOAD_BLOCK = 1 << 20
 _START_MARK = "===== jaxdebate: starting vLLM"
 # an exception line, bare (a traceback's last line) or logged at ERROR/CRITICAL by vLLM's logger
@@ -97,8 +98,8 @@ def server_args(config: VLLMConfig, model_dir: Path, port: int, *, cpu: bool, ho
         "--logprobs-mode", config.logprobs_mode,
         # Sampling defaults must come from the request, never from the model's generation_config.
         "--generation-config", "vllm",
-        "--worker-extension-cls", f"{vllm_worker_ext.MODULE_NAME}.{vllm_worker_ext.CLASS_NAME}",
-        "--middleware", f"{vllm_guard.MODULE_NAME}.{vllm_guard.CLASS_NAME}",
+        "--worker-extension-cls", f"{worker_ext.MODULE_NAME}.{worker_ext.CLASS_NAME}",
+        "--middleware", f"{guard.MODULE_NAME}.{guard.CLASS_NAME}",
         "--disable-uvicorn-access-log",
     ]
     if config.enforce_eager:
@@ -135,13 +136,13 @@ def _remove_dead_temp_dirs(state_dir: Path) -> None:
 
 def server_env(config: VLLMConfig, state_dir: Path, socket_dir: Path, ext_dir: Path, *, cpu: bool,
                key: str) -> dict:
-    """The server's environment: dev endpoints on but guarded by ``key`` (see :mod:`vllm_guard`),
+    """The server's environment: dev endpoints on but guarded by ``key`` (see :mod:`jaxdebate.sampling.vllm.in_server.guard`),
     caches and temp files under ``state_dir``."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     cache = state_dir / "cache"
     env.update(
         PYTHONPATH=str(ext_dir),
-        **{vllm_guard.KEY_ENV: key},
+        **{guard.KEY_ENV: key},
         VLLM_SERVER_DEV_MODE="1",
         VLLM_HOST_IP="127.0.0.1",
         VLLM_CACHE_ROOT=str(cache / "vllm"),
@@ -381,12 +382,12 @@ class VLLMServer:
         route as file ``name``; returns the path where the server stored them."""
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(int(size))}
         try:
-            answer = self._exchange("PUT", vllm_upload.ROUTE, {"name": name}, data, headers, timeout, True)
+            answer = self._exchange("PUT", upload_endpoint.ROUTE, {"name": name}, data, headers, timeout, True)
         except RequestRejected as e:
             if e.status in (404, 405):
                 raise SamplerError(
-                    f"the vLLM server at {self.url} has no weight-upload route ({vllm_upload.ROUTE}): start it "
-                    f"with `python -m jaxdebate.sampling.vllm_serve`, or set sampler.vllm.sync=path with a "
+                    f"the vLLM server at {self.url} has no weight-upload route ({upload_endpoint.ROUTE}): start it "
+                    f"with `python -m jaxdebate.sampling.vllm.serve`, or set sampler.vllm.sync=path with a "
                     f"sampler.vllm.sync_dir both hosts mount"
                 ) from e
             raise

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from jaxdebate.processes import pid_alive
-from jaxdebate.sampling.vllm_config import VLLMConfig
-from jaxdebate.sampling.vllm_server import VLLMServer
-from jaxdebate.sampling.weight_sync import FILE_NAME, SyncFile, SyncWriter
+from jaxdebate.sampling.vllm.config import VLLMConfig
+from jaxdebate.sampling.vllm.server import VLLMServer
+from jaxdebate.sampling.vllm.weight_file import FILE_NAME, SyncFile, SyncWriter
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,7 @@ loads it as the top-level module ``jaxdebate_vllm_ext`` from a copy placed on it
 
 ``load_weights_files`` is the weight sync: it reads safetensors files (HF names; matrices ``[out,
 in]``, or ``[in, out]`` when the file's metadata says ``jaxdebate.layout = in_out``, as
-:mod:`jaxdebate.sampling.weight_sync` writes them) and loads them in place. On vLLM's CPU backend
+:mod:`jaxdebate.sampling.vllm.weight_file` writes them) and loads them in place. On vLLM's CPU backend
 with one unquantised shard per layer it skips vLLM's generic reload (which rebuilds every layer on
 the meta device, buffers, re-materialises and copies back): each linear layer gets its new matrix
 and re-packs it for the CPU GEMM kernel, every other parameter is copied in place. Elsewhere
@@ -23,7 +23,7 @@ import time
 
 MODULE_NAME = "jaxdebate_vllm_ext"
 CLASS_NAME = "JaxdebateWorkerExtension"
-LAYOUT_KEY = "jaxdebate.layout"  # as in jaxdebate.sampling.weight_sync
+LAYOUT_KEY = "jaxdebate.layout"  # as in jaxdebate.sampling.vllm.weight_file
 LAYOUT_IN_OUT = "in_out"
 
 

@@ -4,7 +4,7 @@ trainer then asks the workers (``/collective_rpc load_weights_files``) to load t
 
 Why: a server on another host cannot read the trainer's sync dir, and vLLM 0.32 has no route that
 takes weights over HTTP, so this ASGI layer adds one. It sits behind
-:class:`jaxdebate.sampling.vllm_guard.BearerKeyGuard`, which composes it, so it answers only requests
+:class:`jaxdebate.sampling.vllm.in_server.guard.BearerKeyGuard`, which composes it, so it answers only requests
 with the server's key. Like the guard, it runs in the server's virtualenv as the top-level module
 ``jaxdebate_vllm_upload``: standard library only. Uploads go to ``$JAXDEBATE_VLLM_UPLOAD_DIR``, else a
 0700 directory ``jaxdebate-upload-<pid>`` under ``/dev/shm`` (or the temp dir), removed at exit.

@@ -1,6 +1,6 @@
 """Run the sampling server for a trainer elsewhere (the cluster setup of ``sampler.vllm.url``).
 
-    VLLM_API_KEY=<secret> python -m jaxdebate.sampling.vllm_serve --model <HF dir> --workdir <dir> \\
+    VLLM_API_KEY=<secret> python -m jaxdebate.sampling.vllm.serve --model <HF dir> --workdir <dir> \\
         [--host 0.0.0.0] [--port 8000] [--dtype auto] [-- <extra vLLM arguments>]
 
 It starts vLLM exactly as a trainer would (worker extension, key guard, weight-upload route), with
@@ -21,14 +21,14 @@ import sys
 import time
 
 from jaxdebate.errors import ConfigError, SamplerError
-from jaxdebate.sampling.vllm_config import VLLMConfig
-from jaxdebate.sampling.vllm_server import VLLMServer
+from jaxdebate.sampling.vllm.config import VLLMConfig
+from jaxdebate.sampling.vllm.server import VLLMServer
 
 _MIN_KEY = 16
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m jaxdebate.sampling.vllm_serve", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m jaxdebate.sampling.vllm.serve", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="HF model directory to start from")
     parser.add_argument("--workdir", required=True, help="the server's log, caches and temp files go here")
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     key = os.environ.get("VLLM_API_KEY", "")
     if len(key) < _MIN_KEY:
-        print(f"vllm_serve: set VLLM_API_KEY to a secret of at least {_MIN_KEY} characters (the trainer "
+        print(f"jaxdebate.sampling.vllm.serve: set VLLM_API_KEY to a secret of at least {_MIN_KEY} characters (the trainer "
               f"sends the same key)", file=sys.stderr)
         return 2
     try:
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                             startup_timeout_s=args.startup_timeout_s, seed=args.seed, extra_args=tuple(args.extra))
         server = VLLMServer(config, args.workdir, args.model, host=args.host, port=args.port, api_key=key)
     except ConfigError as e:
-        print(f"vllm_serve: {e}", file=sys.stderr)
+        print(f"jaxdebate.sampling.vllm.serve: {e}", file=sys.stderr)
         return 2
     stop = []
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.start()
     except (ConfigError, SamplerError) as e:
-        print(f"vllm_serve: {e}", file=sys.stderr)
+        print(f"jaxdebate.sampling.vllm.serve: {e}", file=sys.stderr)
         return 1
     port = server.url.rsplit(":", 1)[1]
     print(f"jaxdebate: vLLM serving {args.model} on http://{socket.getfqdn()}:{port} (local {server.url}, "
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while not stop:
             if not server.running():
-                print(f"vllm_serve: the server exited; last lines of {server.log_path}:\n{server.log_tail()}",
+                print(f"jaxdebate.sampling.vllm.serve: the server exited; last lines of {server.log_path}:\n{server.log_tail()}",
                       file=sys.stderr)
                 return 1
             time.sleep(0.5)

@@ -7,7 +7,7 @@ vLLM's own ``--api-key`` guards only ``/v1`` and a few other prefixes, not the d
 this to be private to the user who started it. Like the worker extension, this file runs in the
 server's virtualenv as a top-level module copied to its ``PYTHONPATH``: standard library only.
 
-The guard wraps the weight-upload route (:mod:`jaxdebate.sampling.vllm_upload`, copied beside it as
+The guard wraps the weight-upload route (:mod:`jaxdebate.sampling.vllm.in_server.upload`, copied beside it as
 ``jaxdebate_vllm_upload``), so uploads need the key like every other request.
 """
 
@@ -23,7 +23,7 @@ MODULE_NAME = "jaxdebate_vllm_guard"
 CLASS_NAME = "BearerKeyGuard"
 KEY_ENV = "JAXDEBATE_VLLM_KEY"
 OPEN_PATHS = ("/health",)
-UPLOAD_MODULE = "jaxdebate_vllm_upload"  # jaxdebate.sampling.vllm_upload.MODULE_NAME
+UPLOAD_MODULE = "jaxdebate_vllm_upload"  # jaxdebate.sampling.vllm.in_server.upload.MODULE_NAME
 
 
 class BearerKeyGuard:

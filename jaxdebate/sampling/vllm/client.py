@@ -2,8 +2,8 @@
 
 ``generate`` sends every prompt of a call as its own concurrent ``/v1/completions`` request (token-id
 prompts, ``n`` samples each). ``update_weights`` casts the parameter tree into one sync file
-(:mod:`jaxdebate.sampling.weight_sync`; under ``/dev/shm`` when present, or uploaded to a server on
-another host, :mod:`jaxdebate.sampling.vllm_sync`) and the server loads it in place:
+(:mod:`jaxdebate.sampling.vllm.weight_file`; under ``/dev/shm`` when present, or uploaded to a server on
+another host, :mod:`jaxdebate.sampling.vllm.delivery`) and the server loads it in place:
 ``/pause?mode=wait`` (in-flight sequences finish on the old weights) -> ``load_weights_files`` (the
 worker extension; it also refreshes the tied LM head's packed copy) -> reset the prefix cache ->
 ``/resume``. Completions are tagged with the version they were sampled with; calls and syncs exclude
@@ -36,11 +36,11 @@ from jaxdebate.model.hf_format import weight_files
 from jaxdebate.processes import wait_until
 from jaxdebate.sampling.base import Completion, SamplingParams, per_prompt_params
 from jaxdebate.sampling.hardware import check_cpu_head_dim, is_cpu_build
-from jaxdebate.sampling.rwlock import ReadWriteLock
-from jaxdebate.sampling.vllm_config import VLLMConfig
-from jaxdebate.sampling.vllm_server import SERVED_MODEL_NAME, ServerUnavailable, VLLMServer
-from jaxdebate.sampling.vllm_sync import PathDelivery, PushDelivery, SyncFiles, WeightDelivery
-from jaxdebate.sampling.vllm_sync import new_sync_dir as _new_sync_dir
+from jaxdebate.sampling.vllm.rwlock import ReadWriteLock
+from jaxdebate.sampling.vllm.config import VLLMConfig
+from jaxdebate.sampling.vllm.server import SERVED_MODEL_NAME, ServerUnavailable, VLLMServer
+from jaxdebate.sampling.vllm.delivery import PathDelivery, PushDelivery, SyncFiles, WeightDelivery
+from jaxdebate.sampling.vllm.delivery import new_sync_dir as _new_sync_dir
 
 log = logging.getLogger(__name__)
 

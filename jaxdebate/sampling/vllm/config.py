@@ -9,12 +9,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-import typing
 import urllib.parse
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-from jaxdebate.errors import ConfigError
+from jaxdebate.configlib import Section
 
 #: ``processed_logprobs`` is ``log_softmax(logits / temperature)`` (before top-p when top_p == 1),
 #: the Sampler convention; ``raw_logprobs`` is ``log_softmax(logits)`` (temperature ignored).
@@ -25,20 +24,18 @@ Dtype = Literal["auto", "bfloat16", "float32", "float16"]
 #: another host and no ``sync_dir`` is given, else path).
 SyncMode = Literal["auto", "path", "push"]
 
-_SECTION = "sampler.vllm"
-
 
 @dataclasses.dataclass(frozen=True)
-class VLLMConfig:
+class VLLMConfig(Section):
     """How jaxdebate runs (or reaches) the vLLM server that samples debates.
 
     ``url`` empty: jaxdebate starts its own server with ``python`` (the interpreter of the server's
     virtualenv, made by ``scripts/install_vllm.sh``; a relative path is taken from the current
     directory, then from the repository root). ``url`` set: connect to that running server instead,
-    started with ``python -m jaxdebate.sampling.vllm_serve`` (it is not restarted on failure;
+    started with ``python -m jaxdebate.sampling.vllm.serve`` (it is not restarted on failure;
     ``VLLM_API_KEY`` in the environment is sent as its bearer key). A server jaxdebate starts answers
     only requests with its key (all endpoints but ``/health``; see
-    :mod:`jaxdebate.sampling.vllm_guard`); its sync and socket dirs are 0700.
+    :mod:`jaxdebate.sampling.vllm.in_server.guard`); its sync and socket dirs are 0700.
 
     Weight syncs (``sync``): ``path`` writes them under ``sync_dir`` and the server reads that path;
     ``push`` uploads them to the server (``PUT /jaxdebate/weights``), which stores them where its
@@ -56,6 +53,7 @@ class VLLMConfig:
     concurrent HTTP requests. ``extra_args`` go to vLLM verbatim.
     """
 
+    _name: ClassVar[str] = "sampler.vllm"
     url: str = ""
     python: str = ".venv-vllm/bin/python"
     dtype: Dtype = "auto"
@@ -74,21 +72,13 @@ class VLLMConfig:
     seed: int = 0
     extra_args: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            _check_type(f"{_SECTION}.{f.name}", getattr(self, f.name), hints[f.name], self, f.name)
+    def validate(self) -> None:
         if self.url and not self.url.startswith(("http://", "https://")):
             self._fail("url", "must start with http:// or https:// (or be empty to start a server)")
         if not self.url and not self.python.strip():
             self._fail("python", "must name the vLLM virtualenv's interpreter")
-        positive = ("kv_cache_gib", "startup_timeout_s", "request_timeout_s", "max_concurrency")
-        for name in positive:
-            if not getattr(self, name) > 0:
-                self._fail(name, "must be > 0")
-        for name in ("max_model_len", "max_num_seqs", "max_restarts"):
-            if getattr(self, name) < 0:
-                self._fail(name, "must be >= 0")
+        self._positive("kv_cache_gib", "startup_timeout_s", "request_timeout_s", "max_concurrency")
+        self._at_least(0, "max_model_len", "max_num_seqs", "max_restarts")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             self._fail("gpu_memory_utilization", "must be in (0, 1]")
         if self.sync_dir and not Path(os.path.expanduser(self.sync_dir)).is_absolute():
@@ -99,9 +89,6 @@ class VLLMConfig:
         clash = sorted(a.split("=")[0] for a in self.extra_args if a.split("=")[0] in reserved)
         if clash:
             self._fail("extra_args", f"must not set {clash} (jaxdebate sets them)")
-
-    def _fail(self, field: str, message: str) -> None:
-        raise ConfigError(f"{_SECTION}.{field} {message}, got {getattr(self, field)!r}")
 
     def python_path(self) -> Path:
         """The server interpreter: absolute, or relative to the cwd, then to the repository root."""
@@ -154,28 +141,4 @@ def is_local_url(url: str) -> bool:
 
 def repo_root() -> Path:
     """The checkout that holds the ``jaxdebate`` package (where ``.venv-vllm`` is made)."""
-    return Path(__file__).resolve().parents[2]
-
-
-def _check_type(path: str, value, tp, config: VLLMConfig, name: str) -> None:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        ok = value in typing.get_args(tp)
-        expected = f"one of {list(typing.get_args(tp))}"
-    elif tp is bool:
-        ok, expected = isinstance(value, bool), "true or false"
-    elif tp is int:
-        ok, expected = isinstance(value, int) and not isinstance(value, bool), "an integer"
-    elif tp is float:
-        ok, expected = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
-        if ok:
-            object.__setattr__(config, name, float(value))
-    elif tp is str:
-        ok, expected = isinstance(value, str), "a string"
-    else:  # tuple[str, ...]
-        ok = isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value)
-        expected = "a list of strings"
-        if ok:
-            object.__setattr__(config, name, tuple(value))
-    if not ok:
-        raise ConfigError(f"{path} must be {expected}, got {value!r}")
+    return Path(__file__).resolve().parents[3]

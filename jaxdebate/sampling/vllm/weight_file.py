@@ -25,7 +25,7 @@ import numpy as np
 from jaxdebate.errors import ConfigError
 from jaxdebate.model.hf_format import LAYER_TENSORS
 
-#: Metadata key and value marking matrices stored ``[in, out]`` (also in ``vllm_worker_ext``).
+#: Metadata key and value marking matrices stored ``[in, out]`` (also in ``in_server.worker_ext``).
 LAYOUT_KEY = "jaxdebate.layout"
 LAYOUT_IN_OUT = "in_out"
 FILE_NAME = "weights.safetensors"
@@ -105,8 +105,8 @@ class SyncFile:
 class SyncWriter:
     """Writes successive sync files over one file, in place, through a mapping kept open.
 
-    A fresh file on tmpfs costs a zeroed page per 4 KiB and a new mapping a fault per page: for
-    SmolLM2 in bf16 that doubles the write (0.14 s vs 0.06 s). Syncs never overlap, and the server
+    A fresh file on tmpfs costs a zeroed page per 4 KiB and a new mapping a fault per page, which
+    doubled the write (bench/README "weight sync"). Syncs never overlap, and the server
     has finished reading a file before the next sync starts, so overwriting is safe."""
 
     def __init__(self, path: str | Path) -> None:
