@@ -43,10 +43,10 @@ from jaxdebate.sweep_stats import (  # noqa: F401  (run_summary ... are this mod
     run_summary,
     step_files,
     strategy_table,
-    summarize,
+    sweep_summary,
 )
 
-# Metric names written by the trainer (jaxdebate.rl.trainer) that the comparison plots use.
+# Metric names written by the trainer (jaxdebate.train) that the comparison plots use.
 REWARD_RAW = "train/reward/raw/mean"
 REWARD_SHAPED = "train/reward/shaped/mean"
 ZERO_ADVANTAGE = "train/zero_advantage_fraction"
@@ -410,7 +410,7 @@ def export_results(sweep_dir: str | Path, out_dir: str | Path, endpoint: str = "
     runs = sorted(runs, key=lambda r: (rank[r.strategy], r.seed if r.seed is not None else -1))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summary = summarize([run_summary(r) for r in runs], endpoint)
+    summary = sweep_summary([run_summary(r) for r in runs], endpoint)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "table.md").write_text(format_summary(summary))
     for run in runs:

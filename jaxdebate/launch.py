@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"training samples per step; {describe(config.sampler, backend, why)}")
             return EXIT_OK
         from jaxdebate.checkpointer import latest_step
-        from jaxdebate.rl.trainer import train as run_training
+        from jaxdebate.train import train as run_training
 
         enable_compilation_cache()
         if group is not None:

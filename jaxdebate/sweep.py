@@ -35,13 +35,18 @@ EXIT_OK, EXIT_INTERRUPTED = 0, 130  # python -m jaxdebate.launch: finished / int
 
 
 def default_configs(family: Path | None = None) -> list[Path]:
-    """The five strategy configs of a config family directory (default: ``configs/``)."""
+    """The strategy configs of a config family directory (default: ``configs/``): one file per
+    registered strategy. A family that lacks one is a ConfigError naming the missing files (a
+    comparison silently missing an arm is not the comparison asked for); name the files to run
+    fewer."""
     family = REPO_ROOT / "configs" if family is None else Path(family)
     names = config_names()
-    found = [family / f"{name}.py" for name in names if (family / f"{name}.py").is_file()]
-    if not found:
-        raise ConfigError(f"{family} holds none of the strategy configs {', '.join(names)} (.py)")
-    return found
+    missing = [f"{name}.py" for name in names if not (family / f"{name}.py").is_file()]
+    if missing:
+        raise ConfigError(f"{family} lacks the strategy config(s) {', '.join(missing)} (one per registered "
+                          f"strategy: {', '.join(names)}); add them, or pass the config files to run instead "
+                          f"of the directory")
+    return [family / f"{name}.py" for name in names]
 
 
 def expand_configs(configs: Sequence[str | Path] | None) -> list[Path]:
@@ -352,10 +357,10 @@ def run_sweep(
     if executor == "slurm" and wait:
         for _spec, job in jobs:
             job.wait()
-    return summarize(runs)
+    return run_statuses(runs)
 
 
-def summarize(runs: Iterable[RunSpec]) -> list[dict[str, Any]]:
+def run_statuses(runs: Iterable[RunSpec]) -> list[dict[str, Any]]:
     """One row per run: strategy, seed, status, final validation accuracy, wall time."""
     rows = []
     for spec in runs:

@@ -320,7 +320,7 @@ def _power(diff_lists: Iterable[Sequence[float]]) -> dict[str, Any] | None:
     return {"paired_sd": sd, "df": df, "alpha": 0.05, "power": 0.8, "seeds_needed": needed}
 
 
-def summarize(rows: Sequence[dict[str, Any]], endpoint: str = "final_accuracy",
+def sweep_summary(rows: Sequence[dict[str, Any]], endpoint: str = "final_accuracy",
               baseline: str = "identity") -> dict[str, Any]:
     """``summary.json``'s content: ``runs``, the per-strategy ``table`` and the ``comparison`` on the
     primary ``endpoint``, and ``secondary_endpoints`` (the comparison on every other endpoint the

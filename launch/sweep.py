@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jaxdebate.errors import ConfigError  # noqa: E402
-from jaxdebate.sweep import EXECUTORS, format_summary, plan_runs, run_sweep, summarize  # noqa: E402
+from jaxdebate.sweep import EXECUTORS, format_summary, plan_runs, run_sweep, run_statuses  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sweep: invalid configuration: {e}", file=sys.stderr)
         return 2
     if args.status:
-        rows = summarize(runs)
+        rows = run_statuses(runs)
     else:
         rows = run_sweep(runs, executor=args.executor, sweep_dir=args.sweep_dir,
                          wait=not args.no_wait, echo=not args.quiet)

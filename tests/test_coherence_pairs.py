@@ -1,7 +1,7 @@
 """Pairing rules on hand-made scored rollouts."""
 
 from jaxdebate.coherence.config import PairConfig as PairRules
-from jaxdebate.coherence.pairs import build_pairs, question_pairs, summarize
+from jaxdebate.coherence.pairs import build_pairs, pairs_summary, question_pairs
 
 
 def traj(name, correct, quality, text=None, role="variance", finish="stop"):
@@ -82,7 +82,7 @@ def test_summary_counts_by_type():
         record([traj("a", True, 0.5), traj("b", True, 0.5), traj("w", True, 0.5)], "q3"),
     ]
     pairs = build_pairs(recs)
-    summary = summarize(recs, pairs)
+    summary = pairs_summary(recs, pairs)
     assert summary["pairs_by_type"] == {"correctness": 2, "coherence": 1}
     assert summary["pairs"] == 3
     assert summary["questions"] == 3

@@ -231,5 +231,12 @@ def test_a_family_directory_stands_for_its_five_strategies(tmp_path):
     assert [r.name for r in runs[::2]] == [f"{s}-seed42" for s in
                                            ("identity", "difference_rewards", "potential_based", "coma", "reward_mixing")]
     assert all(Path(r.config_path).parent.name == "arithmetic" for r in runs)
-    with pytest.raises(ConfigError, match="none of the strategy configs"):
+    with pytest.raises(ConfigError, match="lacks the strategy config.s. identity.py, difference_rewards.py"):
         plan_runs(tmp_path, [tmp_path], [42])
+    # a family missing one arm says which, instead of sweeping four arms
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    for name in ("identity", "difference_rewards", "potential_based", "reward_mixing"):
+        (partial / f"{name}.py").write_text((REPO / "configs" / "arithmetic" / f"{name}.py").read_text())
+    with pytest.raises(ConfigError, match=r"lacks the strategy config\(s\) coma\.py \("):
+        plan_runs(tmp_path, [partial], [42])

@@ -20,7 +20,7 @@ STEPS = 4
 
 
 def test_server_killed_mid_run_the_run_finishes_with_every_step(tmp_path):
-    from jaxdebate.rl.trainer import Trainer
+    from jaxdebate.train import Trainer
 
     config = load_config("configs/smoke.py", [
         # head_dim 64: vLLM's CPU attention needs >= 32 (the default tiny model has 16)
@@ -70,7 +70,7 @@ def test_an_unsupported_head_dim_fails_once_before_any_server_starts(tmp_path):
     """Issue 23 item 5: vLLM's CPU attention has no kernel for head_dim 16; the server would start,
     die at its first request, and be restarted for nothing. The sampler refuses it up front."""
     from jaxdebate.errors import ConfigError
-    from jaxdebate.rl.trainer import Trainer
+    from jaxdebate.train import Trainer
 
     config = load_config("configs/smoke.py", ["sampler.backend=vllm", "sampler.fallback=error",
                                               "training.total_train_steps=1"])

@@ -88,7 +88,7 @@ def build_pairs(records: Iterable[Mapping[str, Any]], rules: PairConfig = PairCo
     return [p for record in records for p in question_pairs(record, rules)]
 
 
-def summarize(records: Sequence[Mapping[str, Any]], pairs: Sequence[Mapping[str, Any]]) -> dict:
+def pairs_summary(records: Sequence[Mapping[str, Any]], pairs: Sequence[Mapping[str, Any]]) -> dict:
     """Counts by pair type plus the rollout statistics a researcher checks before training."""
     by_type = Counter(p["pair_type"] for p in pairs)
     per_arm: dict[str, list[bool]] = defaultdict(list)

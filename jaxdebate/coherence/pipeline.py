@@ -128,14 +128,14 @@ def collect(ctx: Context) -> dict[str, Any]:
 
 def pairs(ctx: Context) -> dict[str, Any]:
     """Stage 2: preference pairs from ``rollouts.jsonl``."""
-    from jaxdebate.coherence.pairs import build_pairs, summarize
+    from jaxdebate.coherence.pairs import build_pairs, pairs_summary
 
     path = _stage_input(ctx, "rollouts.jsonl", "collect")
     jsonl.repair_tail(path)
     records = jsonl.read_records(path)
     built = build_pairs(records, ctx.config.pairs)
     jsonl.write_records(ctx.workdir / "pairs.jsonl", built)
-    summary = summarize(records, built)
+    summary = pairs_summary(records, built)
     _write_json(ctx.workdir / "pairs_summary.json", summary)
     by = summary["pairs_by_type"]
     _say(ctx, f"pairs: {summary['pairs']} from {summary['questions']} questions "

@@ -35,7 +35,7 @@ def eval_dirs(workdir: Path) -> list[Path]:
     return sorted(p.parent for p in workdir.glob("*/comparison.jsonl") if (p.parent / "summary.json").is_file())
 
 
-def summarize(workdir: str | Path) -> dict[str, Any]:
+def results_summary(workdir: str | Path) -> dict[str, Any]:
     """The run's headline figures (see the module docstring)."""
     workdir = Path(workdir)
     pairs = _read_json(workdir / "pairs_summary.json")
@@ -65,7 +65,7 @@ def summarize(workdir: str | Path) -> dict[str, Any]:
 def export(workdir: str | Path, out_dir: str | Path) -> Path:
     """Write ``summary.json``, ``pairs_summary.json`` and the evaluation JSONL heads to ``out_dir``."""
     workdir, out = Path(workdir), Path(out_dir)
-    summary = summarize(workdir)
+    summary = results_summary(workdir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     shutil.copyfile(workdir / "pairs_summary.json", out / "pairs_summary.json")

@@ -42,7 +42,7 @@ def make_schedule(cfg: DPOConfig, total_steps: int) -> optax.Schedule:
     return warmup_then_decay(cfg.learning_rate, 0.0, warmup, total_steps, cfg.schedule)
 
 
-def make_optimizer(cfg: DPOConfig) -> optax.GradientTransformation:
+def dpo_optimizer(cfg: DPOConfig) -> optax.GradientTransformation:
     """Global-norm clipping then AdamW's direction (Adam moments + decoupled weight decay); the
     learning rate is applied by the update itself, so one compiled update serves every schedule."""
     return optax.chain(
@@ -73,7 +73,7 @@ def make_update_fn(model_config: Any, lora_scale: float, beta: float, max_grad_n
     ``batch`` holds ``tokens/mask/completion_mask [K, 2B, T]``, ``weights [K, B]`` and the reference
     log-probs ``ref_chosen/ref_rejected [K, B]``.
     """
-    optimizer = make_optimizer(DPOConfig(max_grad_norm=max_grad_norm, weight_decay=weight_decay))
+    optimizer = dpo_optimizer(DPOConfig(max_grad_norm=max_grad_norm, weight_decay=weight_decay))
 
     def micro(adapter, base, mb):
         merged = lora.merge(base, adapter, lora_scale)
@@ -173,7 +173,7 @@ def train(
     per_update = d.batch_size * d.grad_accumulation
     steps_per_epoch = math.ceil(n / per_update)
     total = steps_per_epoch * d.epochs
-    optimizer = make_optimizer(d)
+    optimizer = dpo_optimizer(d)
     schedule = make_schedule(d, total)
 
     started = time.perf_counter()

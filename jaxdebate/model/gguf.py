@@ -14,7 +14,7 @@ import numpy as np
 from jaxdebate.errors import WeightsError
 from jaxdebate.model import sources
 from jaxdebate.model.config import LlamaConfig
-from jaxdebate.model.hf_format import apply_overrides, export_hf, load_hf_dir, params_from_tensors
+from jaxdebate.model.hf_format import override_config, export_hf, load_hf_dir, params_from_tensors
 from jaxdebate.model.llama import Params
 
 _GGUF_NAMES = {
@@ -127,4 +127,4 @@ def load_gguf(path: str | Path, **overrides: Any) -> tuple[Params, LlamaConfig]:
         tmp.rename(cached)
     except OSError:  # another process cached it first
         shutil.rmtree(tmp, ignore_errors=True)
-    return params, apply_overrides(config, overrides)
+    return params, override_config(config, overrides)

@@ -235,7 +235,7 @@ def load_hf_dir(directory: str | Path, **overrides: Any) -> tuple[Params, LlamaC
 
     directory = Path(directory)
     config = LlamaConfig.from_hf(read_hf_config(directory), source=str(directory / "config.json"))
-    config = apply_overrides(config, overrides)
+    config = override_config(config, overrides)
     handles: dict[str, Any] = {}
     location: dict[str, Path] = {}
     try:
@@ -307,7 +307,7 @@ def _atomic_write(path: Path, write: Callable[[str], Any]) -> None:
 _OVERRIDABLE = ("dtype", "remat", "max_position_embeddings", "bos_token_id", "eos_token_id")
 
 
-def apply_overrides(config: LlamaConfig, overrides: Mapping[str, Any]) -> LlamaConfig:
+def override_config(config: LlamaConfig, overrides: Mapping[str, Any]) -> LlamaConfig:
     """``config`` with load-time ``overrides`` of fields that do not change the weights' shapes."""
     bad = sorted(set(overrides) - set(_OVERRIDABLE))
     if bad:

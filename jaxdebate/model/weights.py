@@ -14,7 +14,7 @@ from jaxdebate.errors import ConfigError, WeightsError
 from jaxdebate.model import sources
 from jaxdebate.model.config import LlamaConfig
 from jaxdebate.model.gguf import load_gguf
-from jaxdebate.model.hf_format import apply_overrides, load_hf_dir
+from jaxdebate.model.hf_format import override_config, load_hf_dir
 from jaxdebate.model.llama import Params, init_params
 
 __all__ = ["load", "tiny_config"]
@@ -90,7 +90,7 @@ def load(source: str, **overrides: Any) -> tuple[Params, LlamaConfig]:
     src = sources.parse_source(source)
     if src.kind == "tiny":
         config, seed, std = tiny_config(src.option_dict)
-        config = apply_overrides(config, overrides)
+        config = override_config(config, overrides)
         params = init_params(config, seed)
         if std != 0.02:  # rescale the normal(0.02) matrices; norm scales stay 1
             params = _rescale(params, std / 0.02)

@@ -1,7 +1,7 @@
-"""The RL learner (DESIGN §5): policy loss, micro-batching, the jitted GRPO/RLOO step and the trainer.
-
-``from jaxdebate.rl.trainer import Trainer, train`` runs experiments; the pieces below are
-pure and usable on their own (see tests/test_rl_learning.py for a loop without the debate env).
+"""The RL learner (DESIGN §5): policy loss, micro-batching, the jitted GRPO/RLOO update and the
+array work of a step (``rl.step``). ``jaxdebate.train`` (the trainer loop) runs experiments with
+them; the pieces are pure and usable on their own (tests/test_rl_learning.py has a loop without the
+debate env).
 """
 
 from jaxdebate.rl.batching import Sample, length_buckets, make_microbatches, possible_shapes

@@ -202,7 +202,7 @@ class Learner:
             for k, v in m.items():
                 maxes[k] = max(maxes.get(k, 0.0), float(v))
         state, extra = self._apply(state, grads, jnp.float32(sums.get("loss", 0.0)))
-        return state, summarize(sums, maxes, extra)
+        return state, update_metrics(sums, maxes, extra)
 
     def hard_update_reference(self, state: TrainState) -> TrainState:
         """The reference policy becomes a copy of the current policy."""
@@ -222,7 +222,7 @@ def nonfinite_update(metrics: dict[str, float]) -> str | None:
     return ", ".join(bad) if bad else None
 
 
-def summarize(sums: dict[str, float], maxes: dict[str, float], extra: dict[str, Any]) -> dict[str, float]:
+def update_metrics(sums: dict[str, float], maxes: dict[str, float], extra: dict[str, Any]) -> dict[str, float]:
     """Token means of the summed metrics, plus the apply-step metrics."""
     tokens = max(sums.get("tokens", 0.0), 1.0)
     out = {"loss": sums.get("loss", 0.0), "tokens": sums.get("tokens", 0.0)}

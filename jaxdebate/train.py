@@ -1,5 +1,7 @@
 """The training loop (DESIGN §5): sample debates -> grade -> shape -> advantages -> filter -> update,
-then sync the sampler, validate, checkpoint and log.
+then sync the sampler, validate, checkpoint and log. The array work of a step is
+:mod:`jaxdebate.rl.step`; the loop carries one value, the :class:`~jaxdebate.rl.run_state.RunState`
+after the last completed step (what a checkpoint holds), and each step returns the next one.
 
 ``Trainer(config, workdir).run()`` runs one experiment. A workdir that holds a checkpoint is resumed
 from it exactly: the same data order, the same sampling seeds, the same sampler and reference weights.
@@ -19,7 +21,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -30,16 +31,18 @@ from tqdm import tqdm
 
 from jaxdebate import distributed
 from jaxdebate.checkpointer import CheckpointError, Checkpointer, checkpoint_dir
+from jaxdebate.config import Config
 from jaxdebate.configlib import to_dict
 from jaxdebate.data import ItemStream
 from jaxdebate.debate import Grader, run_debates
 from jaxdebate.errors import ConfigError, JaxDebateError, RunError
 from jaxdebate.metrics import MetricWriter
-from jaxdebate.model import load, load_tokenizer, make_mesh, shard_batch, shard_params
+from jaxdebate.model import load, load_tokenizer, make_mesh, shard_params
 from jaxdebate.model.mesh import sampling_devices
-from jaxdebate.rl.batching import Sample, make_microbatches, pack_samples, rows_cap_for, unpack_samples
+from jaxdebate.rl.batching import Sample, pack_samples, rows_cap_for, unpack_samples
 from jaxdebate.rl import config_history, run_state
 from jaxdebate.rl.grpo import Learner, all_finite, nonfinite_update
+from jaxdebate.rl.step import Layout, sampling_seed, training_samples, update
 from jaxdebate.rl.preflight import check_prompts_fit
 from jaxdebate.rl.step_metrics import timing_metrics, train_metrics
 from jaxdebate.rl.timing import PhaseTimer
@@ -47,26 +50,10 @@ from jaxdebate.rl.watch import StepWatch
 from jaxdebate.rl import validation_plan
 from jaxdebate.sampling.base import SamplingParams
 from jaxdebate.sampling.factory import make_sampler
-from jaxdebate.shaping import compute_advantages, reward_metrics, sample_filter, shape_rewards, team_reward
 from jaxdebate.workdir_lock import WorkdirLock
 
-if TYPE_CHECKING:  # the root config sits above the learner; the trainer only reads its sections
-    from jaxdebate.config import Config
-
 UNREADABLE_DIR = "unreadable_checkpoints"  # damaged checkpoint steps are moved here on resume, not deleted
-# the sections of the experiment config the trainer reads
-_SECTIONS = ("model", "data", "debate", "sampler", "shaping", "loss", "optimizer", "training", "checkpoint",
-             "logging")
 __all__ = ["RunResult", "Trainer", "train"]
-
-
-def _copy_tree(tree):
-    return jax.tree.map(jnp.copy, tree)
-
-
-def _sampling_seed(rng: jax.Array) -> tuple[jax.Array, int]:
-    rng, sub = jax.random.split(rng)
-    return rng, int(jax.random.randint(sub, (), 0, 2**31 - 1))
 
 
 class _Stop(BaseException):
@@ -75,6 +62,18 @@ class _Stop(BaseException):
 
 # What process 0 tells the others with each step's samples (multi-process runs).
 _GO, _STOP, _ABORT = 0, 1, 2
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    """One completed step: the run after it, its metrics ({} on processes that do not sample) and
+    what the throughput metrics need."""
+
+    run: run_state.RunState
+    metrics: dict[str, float]
+    seconds: float
+    sampled_tokens: float
+    learner_tokens: float
 
 
 @dataclasses.dataclass
@@ -91,7 +90,7 @@ class Trainer:
     """One experiment in ``workdir`` (checkpoints/, metrics.jsonl, tensorboard/, config.json)."""
 
     def __init__(self, config: Config, workdir: str | Path, *, allow_config_change: bool = False) -> None:
-        if not _is_experiment_config(config):
+        if not isinstance(config, Config):
             raise ConfigError(f"Trainer needs a jaxdebate.config.Config, got {type(config).__name__}")
         self.config = config
         self.workdir = Path(workdir).expanduser().resolve()
@@ -100,6 +99,7 @@ class Trainer:
         self._stop_requested = 0
         self._interruptible = False
         self.timer = PhaseTimer()
+        self.run_state: run_state.RunState | None = None  # the run after its last completed step
 
     # ------------------------------------------------------------------------------------------ setup
 
@@ -135,61 +135,57 @@ class Trainer:
             temperature=cfg.sampler.temperature, logprob_chunk=cfg.model.logprob_chunk,
             lora=cfg.model.lora, seed=cfg.training.seed,
         )
-        self.rows_cap = rows_cap_for(cfg.samples_per_step, cfg.optimizer.n_gradient_accumulation_steps)
+        t = cfg.training
+        self.layout = Layout(
+            max_len=cfg.debate.max_sequence_length,
+            rows_cap=rows_cap_for(cfg.samples_per_step, cfg.optimizer.n_gradient_accumulation_steps),
+            max_tokens=t.max_tokens_per_microbatch, aggregation=cfg.loss.aggregation,
+            max_completion=cfg.sampler.max_new_tokens, pad_id=self.tokenizer.pad_id,
+            min_rows=cfg.launch.training_devices, packing=t.packing, ppo_epochs=epochs,
+        )
         self.checkpointer = Checkpointer(checkpoint_dir(self.workdir), cfg.checkpoint.n_last_ckpts_to_keep)
 
-        latest = self._resume(params) if cfg.checkpoint.resume else None
-        if latest is None:
+        if not (cfg.checkpoint.resume and self._resume(params) is not None):
             if self.mesh is not None:
                 params = shard_params(params, self.mesh)
-            self.state = self.learner.init_state(params)
+            state = self.learner.init_state(params)
             if self.mesh is not None and distributed.is_multiprocess():
-                self.state = shard_params(self.state, self.mesh)  # counters and adapters as global arrays
-            self.rng = jax.random.key(cfg.training.seed)
-            self.step = 0
-            self.sampler_version = 0
-            self.ref_version = 0
-            self._set_sampler_source(self.state.params)
+                state = shard_params(state, self.mesh)  # counters and adapters as global arrays
+            self.run_state = run_state.RunState(
+                step=0, train=state, rng=jax.random.key(t.seed), data=self.stream.state(), sampler_version=0,
+                ref_version=0, sampler_source=jax.tree.map(jnp.copy, state.params))
+        run = self.run_state
         self.sampler = self.writer = None
         if not self.main:  # process 0 alone samples and writes
-            self._commit()
             return
-        config_history.record(self.workdir, cfg, self.step, self._config_changes)
+        config_history.record(self.workdir, cfg, run.step, self._config_changes)
         for path, before, after in self._config_changes:
-            print(f"[jaxdebate] resuming step {self.step} with {path}: {before!r} -> {after!r} "
+            print(f"[jaxdebate] resuming step {run.step} with {path}: {before!r} -> {after!r} "
                   f"(recorded in {config_history.HISTORY_FILE})", file=sys.stderr)
         self.sampler = make_sampler(
-            cfg.sampler, self.sampler_params, self.model_config, self.tokenizer,
+            cfg.sampler, self._served(run.sampler_source), self.model_config, self.tokenizer,
             workdir=self.workdir, max_total_len=cfg.debate.max_sequence_length, mesh=self.sampler_mesh,
-            seed=cfg.training.seed, version=self.sampler_version,
+            seed=t.seed, version=run.sampler_version,
         )
         log = cfg.logging
         self.writer = MetricWriter(
             self.workdir, tensorboard=log.tensorboard,
             wandb_project=log.wandb_project if log.wandb else None, wandb_mode=log.wandb_mode,
             wandb_entity=log.wandb_entity, run_name=log.run_name or self.workdir.name,
-            config=to_dict(cfg), truncate_after=self.step,
+            config=to_dict(cfg), truncate_after=run.step,
         )
-        self._commit()
-
-    def _commit(self) -> None:
-        """Remember the data position and RNG that belong to the last completed step."""
-        self._committed = {"step": self.step, "data": self.stream.state(), "rng": self.rng}
 
     # ------------------------------------------------------------------------------ checkpointing
 
     def _save(self) -> None:
-        step = self.step
-        if step == 0 or step in self.checkpointer.all_steps():
+        run = self.run_state
+        if run.step == 0 or run.step in self.checkpointer.all_steps():
             return
-        if not bool(all_finite(self.state.params)):  # never reached while the learner skips bad updates
-            raise JaxDebateError(f"step {step}: the parameters are non-finite; no checkpoint written")
-        run = run_state.RunState(step=step, train=self.state, rng=self._committed["rng"],
-                                 data=self._committed["data"], sampler_version=self.sampler_version,
-                                 ref_version=self.ref_version, sampler_source=self.sampler_source)
+        if not bool(all_finite(run.train.params)):  # never reached while the learner skips bad updates
+            raise JaxDebateError(f"step {run.step}: the parameters are non-finite; no checkpoint written")
         items, metadata = run_state.pack(run, config=to_dict(self.config),
                                          model_config=dataclasses.asdict(self.model_config))
-        self.checkpointer.save(step, items, metadata)
+        self.checkpointer.save(run.step, items, metadata)
 
     def _resume(self, params) -> int | None:
         """Restore the newest readable checkpoint (damaged newer steps are moved to
@@ -224,20 +220,18 @@ class Trainer:
         run = run_state.unpack(restored, meta)
         if not bool(all_finite(run.train.params)):  # written before divergence was caught: skipped
             raise CheckpointError(f"checkpoint {self.checkpointer.step_dir(step)} holds non-finite parameters")
-        self.step, self.state, self.rng = run.step, run.train, run.rng
-        self.ref_version, self.sampler_version = run.ref_version, run.sampler_version
-        self._set_sampler_source(run.sampler_source)
         self.stream.restore(run.data)
+        # the served tree may be the policy's own arrays, which the next update donates
+        self.run_state = dataclasses.replace(run, sampler_source=jax.tree.map(jnp.copy, run.sampler_source))
 
-    def _set_sampler_source(self, trainable) -> None:
-        """Remember the trainable tree the sampler serves (what a checkpoint stores) and build the
-        model tree it samples from (a copy, or base + adapter under LoRA). The sampler runs on process
-        0's own devices: with a learner mesh, it gets a copy placed there, not the global arrays."""
-        self.sampler_source = _copy_tree(trainable)
-        weights = self.learner.weights(self.sampler_source, copy=False)
+    def _served(self, trainable):
+        """The model tree the sampler samples from for a trainable tree (a copy, or base + adapter
+        under LoRA). The sampler runs on process 0's own devices: with a learner mesh, it gets a copy
+        placed there, not the global arrays."""
+        weights = self.learner.weights(trainable, copy=False)
         if self.mesh is not None or self.sampler_device != jax.local_devices()[0]:
             weights = jax.device_put(distributed.host_local(weights), self.sampler_device)
-        self.sampler_params = weights
+        return weights
 
     # ---------------------------------------------------------------------------------- signals
 
@@ -264,9 +258,10 @@ class Trainer:
             return SamplingParams(temperature=s.eval_temperature, top_p=1.0, max_tokens=s.max_new_tokens)
         return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens)
 
-    def _train_step(self) -> dict[str, float]:
-        cfg = self.config
-        timer = self.timer
+    def _train_step(self, run: run_state.RunState) -> StepResult:
+        """Sample and grade debates (process 0), turn them into samples, update, move the reference
+        and the sampler's weights when due; the run after the step."""
+        cfg, timer = self.config, self.timer
         step_start = time.perf_counter()
         self._interruptible = self.main
         try:
@@ -274,7 +269,7 @@ class Trainer:
                 raise _Stop
             with timer("sampling"):
                 items = self.stream.next_batch()  # every process: the same data position and RNG
-                rng, seed = _sampling_seed(self.rng)
+                rng, seed = sampling_seed(run.rng)
                 batch = None
                 if self.main:
                     batch = run_debates(
@@ -294,70 +289,30 @@ class Trainer:
         self._interruptible = False
 
         with timer("learning"):
-            samples: list[Sample] = []
-            if batch is not None:
-                correct, votes = batch.correct, batch.votes
-                if cfg.loss.truncated_as_wrong:
-                    cut = batch.truncated()
-                    correct, votes = np.where(cut, 0.0, correct), np.where(cut, -1, votes)
-                shaped = shape_rewards(cfg.shaping, correct, votes, batch.gold, batch.active)
-                adv = compute_advantages(shaped, batch.active, estimator=cfg.loss.estimator,
-                                         grouping=cfg.loss.grouping, eps=cfg.loss.advantage_eps)
-                keep, fstats = sample_filter(
-                    shaped, batch.active, batch.truncated(), grouping=cfg.loss.grouping,
-                    drop_zero_signal=cfg.loss.filter_zero_signal, drop_truncated=cfg.loss.filter_truncated,
-                )
-                rmetrics = reward_metrics(correct, shaped, team_reward(votes, batch.gold, batch.active), batch.active)
-                keep, adv = np.asarray(keep), np.asarray(adv)
-                samples = [
-                    Sample(np.asarray(t.prompt_ids), np.asarray(t.completion_ids), np.asarray(t.logprobs),
-                           float(adv[t.index]))
-                    for t in batch.turns if keep[t.index] and len(t.completion_ids)
-                ]
-            samples = self._share(_GO, samples)
-            lmetrics: dict[str, float] = {}
-            bstats: dict[str, float] = {"samples": 0.0, "sequence_tokens": 0.0}
-            if samples:
-                mbs, bstats = make_microbatches(
-                    samples, max_len=cfg.debate.max_sequence_length, rows_cap=self.rows_cap,
-                    max_tokens=cfg.training.max_tokens_per_microbatch, aggregation=cfg.loss.aggregation,
-                    max_completion=cfg.sampler.max_new_tokens, pad_id=self.tokenizer.pad_id,
-                    min_rows=cfg.launch.training_devices, packing=cfg.training.packing,
-                )
-                if self.mesh is not None:
-                    mbs = [shard_batch(mb, self.mesh) for mb in mbs]
-                if cfg.loss.ppo_epochs > 1:
-                    mbs = [dict(mb, old_logprobs=self.learner.logprobs(self.state.params, mb)) for mb in mbs]
-                for _ in range(cfg.loss.ppo_epochs):
-                    self.state, lmetrics = self.learner.update(self.state, mbs)
-            else:
-                self.state = dataclasses.replace(self.state, step=self.state.step + cfg.loss.ppo_epochs)
+            signal_ = training_samples(batch, cfg.shaping, cfg.loss) if batch is not None else None
+            samples = self._share(_GO, signal_.samples if signal_ is not None else [])
+            state, learned, layout = update(self.learner, run.train, samples, self.layout, self.mesh)
 
-        self.rng = rng
-        self.step += 1
-        step = self.step
-        if step % cfg.training.hard_update_ref_every_steps == 0:
-            self.state = self.learner.hard_update_reference(self.state)
-            self.ref_version = step
-        if step % cfg.training.export_every_steps == 0:
+        step, t = run.step + 1, cfg.training
+        run = dataclasses.replace(run, step=step, train=state, rng=rng, data=self.stream.state())
+        if step % t.hard_update_ref_every_steps == 0:
+            run = dataclasses.replace(run, train=self.learner.hard_update_reference(run.train), ref_version=step)
+        if step % t.export_every_steps == 0:
             with timer("sync"):
-                self._set_sampler_source(self.state.params)
+                source = jax.tree.map(jnp.copy, run.train.params)
                 if self.sampler is not None:
-                    self.sampler.update_weights(self.sampler_params, step)
-                self.sampler_version = step
-        self._commit()
+                    self.sampler.update_weights(self._served(source), step)
+                run = dataclasses.replace(run, sampler_source=source, sampler_version=step)
 
-        self._step_seconds = time.perf_counter() - step_start
-        self._learner_tokens = float(bstats.get("sequence_tokens", 0))
-        if batch is None:
-            self._sampled_tokens = 0.0
-            return {}
-        self._sampled_tokens = float(batch.stats.get("completion_tokens", 0))
-        return train_metrics(
-            batch, reward=rmetrics, filters=fstats, advantages=adv, learner=lmetrics, layout=bstats,
-            updated=bool(samples) and nonfinite_update(lmetrics) is None, step=step, sampler_version=self.sampler_version, ref_version=self.ref_version,
+        metrics = {} if batch is None else train_metrics(
+            batch, reward=signal_.reward, filters=signal_.filters, advantages=signal_.advantages,
+            learner=learned, layout=layout, updated=bool(samples) and nonfinite_update(learned) is None,
+            step=step, sampler_version=run.sampler_version, ref_version=run.ref_version,
             sampler_stats=self.sampler.stats(),
         )
+        return StepResult(run, metrics, seconds=time.perf_counter() - step_start,
+                          sampled_tokens=float(batch.stats.get("completion_tokens", 0)) if batch is not None else 0.0,
+                          learner_tokens=float(layout.get("sequence_tokens", 0)))
 
     def _share(self, signal_: int, samples: list[Sample] | None = None) -> list[Sample]:
         """Process 0's samples of this step on every process (a multi-process run; one process: as
@@ -381,11 +336,12 @@ class Trainer:
     def _validate(self) -> dict[str, float]:
         if not self.main:
             return {}
+        run = self.run_state
         with self.timer("validation"):
             metrics = validation_plan.run(
-                self.step, self.config, self.sampler, self.tokenizer, self.grader, self.val_items,
+                run.step, self.config, self.sampler, self.tokenizer, self.grader, self.val_items,
                 self.transfer_items, sampling=self._sampling_params(evaluation=True), workdir=self.workdir)
-        return {**metrics, "val/weight_version": float(self.sampler_version)} if metrics else {}
+        return {**metrics, "val/weight_version": float(run.sampler_version)} if metrics else {}
 
     # --------------------------------------------------------------------------------------- run
 
@@ -404,19 +360,20 @@ class Trainer:
                 lock.acquire()
             self._setup()
             previous_handlers = self._install_signals()
-            bar = tqdm(total=t.total_train_steps, initial=self.step,
+            bar = tqdm(total=t.total_train_steps, initial=self.run_state.step,
                        disable=not (cfg.logging.progress_bar and self.main),
                        desc=self.workdir.name, unit="step", dynamic_ncols=True)
-            if t.validate_at_start and self.step == 0 and self.writer is not None:
+            if t.validate_at_start and self.run_state.step == 0 and self.writer is not None:
                 self.writer.write(0, self._validate())
             watch = StepWatch(t.nonfinite_patience, t.idle_warning_steps)
-            while self.step < t.total_train_steps:
+            while self.run_state.step < t.total_train_steps:
                 try:
-                    metrics = self._train_step()
+                    result = self._train_step(self.run_state)
                 except _Stop:
                     status = "interrupted"
                     break
-                step = self.step
+                self.run_state, metrics = result.run, dict(result.metrics)
+                step = result.run.step
                 for line in watch.observe(step, metrics, self.checkpointer.latest_step()):
                     print(f"[jaxdebate] {line}", file=sys.stderr)
                 # a failed validation is reported after the step is logged and checkpointed, so a
@@ -428,9 +385,8 @@ class Trainer:
                     except Exception as e:  # noqa: BLE001 - re-raised below, after the checkpoint
                         val_error = e
                 seconds = self.timer.take()  # a checkpoint's time is reported with the next step
-                metrics.update(timing_metrics(seconds, step_seconds=self._step_seconds,
-                                              sampled_tokens=self._sampled_tokens,
-                                              learner_tokens=self._learner_tokens))
+                metrics.update(timing_metrics(seconds, step_seconds=result.seconds, sampled_tokens=result.sampled_tokens,
+                                              learner_tokens=result.learner_tokens))
                 # metrics first: a run killed while checkpointing has logged every step it resumes after
                 if self.writer is not None and (step % t.log_every_steps == 0 or step == t.total_train_steps):
                     self.writer.write(step, metrics)
@@ -462,7 +418,8 @@ class Trainer:
             self.timer.close()
             self._close()
             lock.release()
-        return RunResult(step=getattr(self, "step", 0), status=status, metrics=last, workdir=self.workdir)
+        step = self.run_state.step if self.run_state is not None else 0
+        return RunResult(step=step, status=status, metrics=last, workdir=self.workdir)
 
     def _close(self) -> None:
         for name in ("writer", "sampler", "grader", "checkpointer"):
@@ -472,13 +429,6 @@ class Trainer:
                     obj.close()
                 except Exception as e:  # noqa: BLE001 - closing must not hide the run's own error
                     print(f"[jaxdebate] closing {name} failed: {e}", file=sys.stderr)
-
-
-def _is_experiment_config(config: Any) -> bool:
-    """A config instance with every section the trainer reads (jaxdebate.config.Config is one; the
-    trainer does not import it, the root sits above the learner's own sections)."""
-    return (dataclasses.is_dataclass(config) and not isinstance(config, type)
-            and all(hasattr(config, s) for s in _SECTIONS))
 
 
 def train(config: Config, workdir: str | Path, *, allow_config_change: bool = False) -> RunResult:
