@@ -12,7 +12,12 @@ by default; ``--agents/--rounds`` evaluate debates (the plurality answer of the 
 
 ``--out`` gets one JSON line per item and sample (``id``, ``gold``, ``answer``, ``correct``,
 ``completion``, ...); the last line on stdout is a JSON summary (``accuracy``, ``ci95``, ``n``,
-``no_answer_fraction``, ``mean_completion_tokens``, per-level accuracy for graded arithmetic).
+``no_answer_fraction``, ``mean_completion_tokens``, per-level and per-template accuracy for graded
+arithmetic). A debate's rows also hold every round's answers and verdicts (``round_answers``,
+``round_correct``: per round, per agent; ``round_plurality``, ``round_plurality_correct``), and its
+summary the accuracy per round (``round_accuracy`` of the plurality, ``round_agent_accuracy`` of the
+agents' turns) and the answers that flip between rounds (``flips``), so one debate run compares
+round 1 (independent agents) with round 2 on the same items.
 Exit 2 with a message for a bad model, checkpoint, dataset or option.
 """
 
@@ -49,7 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--samples", type=int, default=1, help="debates per item (use with --temperature > 0)")
     p.add_argument("--protocol", default=None,
-                   help="answer protocol (jaxdebate.debate.protocols: boxed, answer_line); default: the "
+                   help="answer protocol (jaxdebate.debate.protocols: boxed, answer_line, answer_line_debate); "
+                        "default: the "
                         "workdir's, else boxed")
     p.add_argument("--max-tokens", type=int, default=None,
                    help=f"new tokens per turn (default: the workdir's, else {DEFAULT_MAX_TOKENS})")
@@ -123,8 +129,30 @@ def debate_config(args: argparse.Namespace, run_config: Any):
     return config
 
 
+def round_records(batch, b: int, g: int) -> dict[str, list[Any]]:
+    """Debate ``(b, g)`` round by round: each agent's answer and verdict, the plurality answer and
+    its verdict (None for a turn or round not played, e.g. after an early stop)."""
+    from jaxdebate.debate.batch import plurality_votes
+
+    _, _, A, R = batch.shape
+    answer_of = {t.index[2:]: t.answer for t in batch.turns if t.index[:2] == (b, g)}
+    plural = plurality_votes(batch.votes[b, g], batch.active[b, g])
+    gold = int(batch.gold[b])
+    out: dict[str, list[Any]] = {"round_answers": [], "round_correct": [], "round_plurality": [],
+                                 "round_plurality_correct": []}
+    for r in range(R):
+        played = [bool(batch.active[b, g, a, r]) for a in range(A)]
+        out["round_answers"].append([answer_of.get((a, r)) for a in range(A)])
+        out["round_correct"].append([bool(batch.correct[b, g, a, r]) if played[a] else None for a in range(A)])
+        cls = int(plural[r])
+        out["round_plurality"].append(batch.classes[b][cls] if cls >= 0 else None)
+        out["round_plurality_correct"].append(bool(cls >= 0 and cls == gold) if any(played) else None)
+    return out
+
+
 def rows_of(batch, *, seed: int) -> list[dict[str, Any]]:
-    """One record per (item, sample): the debate's answer and verdict, the deciding completion."""
+    """One record per (item, sample): the debate's answer and verdict, the deciding completion, and
+    for a debate its turns and per-round records (:func:`round_records`)."""
     answers, correct = batch.debate_answers(), batch.debate_correct()
     last = batch.last_rounds()
     by_debate: dict[tuple[int, int], list[Any]] = {}
@@ -146,11 +174,13 @@ def rows_of(batch, *, seed: int) -> list[dict[str, Any]]:
                 "completion_tokens": len(lead.completion_ids), "truncated": lead.truncated,
                 "seed": seed,
             }
-            if "level" in item.meta:
-                row["level"] = item.meta["level"]
+            for key in ("level", "template"):
+                if key in item.meta:
+                    row[key] = item.meta[key]
             if A > 1 or R > 1:
                 row["turns"] = [{"agent": t.index[2], "round": t.index[3], "answer": t.answer,
                                  "completion": t.text} for t in played]
+                row.update(round_records(batch, b, g))
             rows.append(row)
     return rows
 
@@ -179,7 +209,42 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     levels = sorted({r["level"] for r in rows if "level" in r})
     if levels:
         out["by_level"] = {str(level): _accuracy([r for r in rows if r.get("level") == level]) for level in levels}
+    templates = sorted({r["template"] for r in rows if "template" in r})
+    if templates:
+        out["by_template"] = {t: _accuracy([r for r in rows if r.get("template") == t]) for t in templates}
+    if rows and all("round_correct" in r for r in rows):
+        out.update(round_summary(rows))
     return out
+
+
+def round_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Debate rows round by round: ``round_accuracy`` (the plurality's), ``round_agent_accuracy`` (all
+    played turns'), and ``flips[r-1]`` between round r and r+1 (1-based), counted over agent turns
+    (the same agent in both rounds) and over the plurality: ``right_to_wrong``, ``wrong_to_right``."""
+    R = max(len(r["round_correct"]) for r in rows)
+
+    def mean(values: list[bool]) -> float | None:
+        return sum(values) / len(values) if values else None
+
+    plural = [[r["round_plurality_correct"][k] for r in rows if r["round_plurality_correct"][k] is not None]
+              for k in range(R)]
+    turns = [[c for r in rows for c in r["round_correct"][k] if c is not None] for k in range(R)]
+    flips = []
+    for k in range(1, R):
+        pairs = [(r["round_correct"][k - 1][a], r["round_correct"][k][a]) for r in rows
+                 for a in range(len(r["round_correct"][k]))]
+        pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
+        votes = [(r["round_plurality_correct"][k - 1], r["round_plurality_correct"][k]) for r in rows]
+        votes = [(x, y) for x, y in votes if x is not None and y is not None]
+        flips.append({
+            "rounds": [k, k + 1],
+            "agent": {"right_to_wrong": sum(x and not y for x, y in pairs),
+                      "wrong_to_right": sum(y and not x for x, y in pairs), "n": len(pairs)},
+            "plurality": {"right_to_wrong": sum(x and not y for x, y in votes),
+                          "wrong_to_right": sum(y and not x for x, y in votes), "n": len(votes)},
+        })
+    return {"round_accuracy": [mean(v) for v in plural], "round_agent_accuracy": [mean(v) for v in turns],
+            "flips": flips}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

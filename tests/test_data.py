@@ -99,6 +99,8 @@ def test_explicit_format_overrides_detection(tmp_path):
         ([MATH_ROWS[0], {"problem": "p", "solution": "s", "answer": "  "}], r"bad\.jsonl:2: field 'answer' is empty"),
         ([{"foo": 1}], r"bad\.jsonl:1: cannot tell the dataset format from fields \['foo'\]"),
         ([MATH_ROWS[0], {"question": "q", "answer": "#### 3"}], r"bad\.jsonl:2: missing field 'problem'"),
+        ([MATH_ROWS[0], MATH_ROWS[1], MATH_ROWS[0]],
+         r"bad\.jsonl:3: duplicate id '.+' \(first at .*bad\.jsonl:1\)"),
     ],
 )
 def test_malformed_lines_name_file_and_line(tmp_path, lines, message):
@@ -123,12 +125,12 @@ def test_empty_missing_and_unreadable_sources(tmp_path):
 
 def test_a_non_utf8_byte_is_reported_on_its_own_line(tmp_path):
     """Issue 14 item 6: the decoder reads ahead, so the error used to name line 1 for line 3's byte."""
-    good = json.dumps(MATH_ROWS[0]).encode()
+    good, other = json.dumps(MATH_ROWS[0]).encode(), json.dumps(MATH_ROWS[1]).encode()
     path = tmp_path / "latin1.jsonl"
-    path.write_bytes(good + b"\n" + good + b"\n" + b'{"problem": "caf\xe9", "answer": "1"}\n' + good + b"\n")
+    path.write_bytes(good + b"\n" + other + b"\n" + b'{"problem": "caf\xe9", "answer": "1"}\n' + good + b"\n")
     with pytest.raises(DataError, match=r"latin1\.jsonl:3: not UTF-8 text \(byte 0xe9 at column 17\)$"):
         read_jsonl(path)
-    path.write_bytes(good + b"\r\n\r\n" + good + b"\r\n\xff\n")  # CRLF and a blank line counted alike
+    path.write_bytes(good + b"\r\n\r\n" + other + b"\r\n\xff\n")  # CRLF and a blank line counted alike
     with pytest.raises(DataError, match=r"latin1\.jsonl:4: not UTF-8 text \(byte 0xff at column 1\)$"):
         read_jsonl(path)
     path.write_bytes("{\"problem\": \"café ½\", \"answer\": \"1\"}\n".encode())
@@ -249,6 +251,34 @@ def test_arithmetic_slices_of_one_spec_are_disjoint():
             load_items(spec + bad)
 
 
+def test_arithmetic_templates_select_distinct_problems_in_equal_shares():
+    """``templates=`` keeps only the named templates: equal shares, distinct and correct problems,
+    deterministic in (n, seed, templates), disjoint slices; level items carry their template too."""
+    from jaxdebate.data.builtin import TEMPLATES
+
+    spec = "arithmetic:templates=2+1/2-1/1x1/2x1,n=202,seed=5"
+    items = load_items(spec)
+    assert items == load_items(spec) and items != load_items(spec.replace("seed=5", "seed=6"))
+    assert len({it.problem for it in items}) == 202
+    counts = {t: sum(it.meta["template"] == t for it in items) for t in ("2+1", "2-1", "1x1", "2x1")}
+    assert counts == {"2+1": 51, "2-1": 51, "1x1": 50, "2x1": 50}
+    for it in items:
+        assert int(it.answer) == _evaluate(it.meta["expression"])
+        assert it.id.startswith(f"arithmetic/T{it.meta['template']}/5/")
+        assert it.meta["level"] == TEMPLATES[it.meta["template"]][0]
+        digits = [len(x) for x in re.findall(r"\d+", it.meta["expression"])]
+        assert digits == [int(c) for c in it.meta["template"] if c.isdigit()]
+    train, held_out = load_items(spec + ",slice=0:100"), load_items(spec + ",slice=100:202")
+    assert not {it.problem for it in train} & {it.problem for it in held_out}
+    assert all(it.meta["template"] in ("2+2", "2-2", "1x1") for it in load_items("arithmetic:level=3,n=60"))
+    for bad, message in [("arithmetic:templates=2+1/3x3", r"unknown: 3x3"),
+                         ("arithmetic:templates=2+1/2+1", "must be distinct names"),
+                         ("arithmetic:templates=1+1,n=65", "template 1\\+1 has 64 distinct problems"),
+                         ("arithmetic:templates=1+1,level=2", "not both")]:
+        with pytest.raises(DataError, match=message):
+            load_items(bad)
+
+
 # -- stream ------------------------------------------------------------------------------------------
 
 def test_stream_epochs_are_seeded_permutations():
@@ -345,5 +375,5 @@ def test_unregistered_environments_are_rejected_by_the_experiment_config(kwargs)
     config checks every environment the data section routes to before any compute."""
     from jaxdebate.config import Config
 
-    with pytest.raises(ConfigError, match=r"data\.env_name_remap / data\.validation_env: environment\(s\) \['chess'\]"):
+    with pytest.raises(ConfigError, match=r"data\.env_name_remap / data\.validation_env\(s\) / data\.transfer_env: environment\(s\) \[.chess.\]"):
         Config(data=DataConfig(**kwargs))

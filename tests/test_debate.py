@@ -332,6 +332,50 @@ def test_answer_line_protocol_prompts_and_extraction(tokenizer, grader):
     assert boxed_batch.correct[0, 0, :, 0].tolist() == [0.0, 0.0]  # "marked" finds no answer in "2 + 3 = 5"
 
 
+def test_answer_line_debate_quotes_final_answers_only(tokenizer, grader):
+    """``answer_line_debate``: round 1 is ``answer_line``'s; a later round shows the problem with one
+    line per previous final answer (the agent's own first, ``no answer`` where none was stated), never
+    the other agents' text, after a worked example in the same layout."""
+    from jaxdebate.debate.protocols import with_protocol
+
+    seen = {}
+
+    def respond(b, g, a, r, prompt):
+        seen[(a, r)] = prompt
+        return ["2 + 3 = 5", "Let me ramble first.\n2 + 3 = 6\nAnswer: 6", "I am not sure at all."][a]
+
+    plain = with_protocol(DebateConfig(num_agents=3, num_rounds=2), "answer_line")
+    play(tokenizer, grader, respond, items=ITEMS[:1], G=1, config=plain)
+    first_plain = seen[(0, 0)]
+    config = with_protocol(plain, "answer_line_debate")
+    assert config.quote == "answer" and with_protocol(config, "answer_line") == plain
+    batch, _ = play(tokenizer, grader, respond, items=ITEMS[:1], G=1, config=config)
+    assert seen[(0, 0)] == first_plain
+    for a, lines in ((0, "You: 5\nAgent 2: 6\nAgent 3: no answer"), (2, "You: no answer\nAgent 1: 5\nAgent 2: 6")):
+        prompt = seen[(a, 1)]
+        example = f"Compute $3 + 4$.\n\nAnswers so far:\nYou: 7\nAgent 2: 8\nAgent 3: 7\n\n{config.debate_instruction}"
+        problem = f"Compute $2 + 3$.\n\nAnswers so far:\n{lines}\n\n{config.debate_instruction}"
+        reply = prompt.index("3 + 4 = 7\nAnswer: 7", prompt.index(example) + len(example))
+        assert prompt.index(example) < reply < prompt.index(problem), prompt
+        assert "ramble" not in prompt and "not sure" not in prompt and prompt.count("Compute $3 + 4$.") == 1
+    assert batch.stats["trimmed_prompts"] == 0 and batch.correct[0, 0, :, 1].tolist() == [1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"quote": "summary"}, r"debate\.quote must be one of full, answer"),
+        ({"debate_example_answers": ("7",)}, r"debate\.debate_example_answers needs quote='answer'"),
+        ({"quote": "answer", "debate_example_answers": ("7",)}, r"debate_example_answers needs example_problem"),
+        ({"quote": "answer", "debate_example_answers": (), "example_problem": "Compute $1 + 1$.",
+          "example_solution": "2"}, r"debate_example_answers must be a non-empty list"),
+    ],
+)
+def test_quote_settings_are_validated(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        DebateConfig(**kwargs)
+
+
 # -- issue 12 item 2: no round barrier across the batch with a streaming sampler
 
 

@@ -41,6 +41,32 @@ def test_eval_debates_and_samples(capsys):
     assert summary["n"] == 6 and summary["agents"] == 3 and summary["rounds"] == 2
 
 
+def test_eval_debate_rows_and_summary_have_rounds(tmp_path, capsys):
+    """Every debate row records each round's answers, verdicts and plurality; the summary's per-round
+    accuracy and flip counts agree with the rows; the old fields stay."""
+    out = tmp_path / "debate.jsonl"
+    assert main(["--model", "tiny", "--data", "arithmetic:templates=2+1/1x1,n=4", "--agents", "3", "--rounds", "2",
+                 "--temperature", "1.0", "--samples", "2", "--max-tokens", "6", "--max-sequence-length", "320",
+                 "--protocol", "answer_line_debate", "--out", str(out), "--no-progress"]) == 0
+    summary = _summary(capsys)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == summary["n"] == 8
+    for row in rows:
+        assert {"id", "gold", "answer", "correct", "completion", "turns", "template"} <= set(row)
+        assert len(row["round_answers"]) == len(row["round_correct"]) == 2
+        assert all(len(x) == 3 for x in row["round_answers"] + row["round_correct"])
+        assert row["round_plurality_correct"][-1] == row["correct"] and row["round_plurality"][-1] == row["answer"]
+        assert row["round_answers"][1] == [t["answer"] for t in sorted(row["turns"], key=lambda t: t["agent"])
+                                           if t["round"] == 1]
+    assert summary["round_accuracy"] == [sum(r["round_plurality_correct"][k] for r in rows) / 8 for k in (0, 1)]
+    assert summary["round_agent_accuracy"][0] == sum(sum(r["round_correct"][0]) for r in rows) / 24
+    flips = summary["flips"][0]
+    assert flips["rounds"] == [1, 2] and flips["agent"]["n"] == 24 and flips["plurality"]["n"] == 8
+    assert flips["plurality"]["wrong_to_right"] == sum(
+        r["round_plurality_correct"][1] and not r["round_plurality_correct"][0] for r in rows)
+    assert set(summary["by_template"]) == {"2+1", "1x1"} and summary["accuracy"] == summary["round_accuracy"][1]
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -1,12 +1,18 @@
 """Shared settings of the arithmetic family: the seeds' experiment (configs/base.py) at CPU scale.
 
 What changes from the seeds' family, and why:
-- data: graded integer arithmetic, levels 2-3 (two-digit +/- and one-digit x, ``Compute $EXPR$.``),
-  where SmolLM2-135M-Instruct has real but incomplete skill (single-agent accuracy 0.14/0.24 sampled
-  at T=1 and 0.25/0.39 greedy on levels 2/3; README "Base accuracy"); 300 distinct problems are held
-  out and never trained on, validated single-agent greedy at the start and the end;
-- debate: the ``answer_line`` protocol (one worked example, an ``Answer: <number>`` line, lenient
-  number extraction) instead of ``\\boxed{}``, which the 135M model cannot follow;
+- data: graded integer arithmetic, the four templates whose base pass rate at the training
+  temperature lies in [0.1, 0.9] (``2+1``, ``2-1``, ``2+2``, ``2x1``: 0.18-0.34 at T=0.7, 4 samples;
+  README "Training pool by template"; two-digit subtraction ``2-2`` at 0.095 and one-digit ``1x1`` at
+  0.92 are left out: groups there rarely carry signal); 300 distinct problems are held out and never
+  trained on;
+- debate: the ``answer_line_debate`` protocol (round 1 as ``answer_line``: one worked example, an
+  ``Answer: <number>`` line, lenient number extraction, instead of ``\\boxed{}``, which the 135M
+  model cannot follow; later rounds quote only the other agents' final answers, which keeps the base
+  model's 3x2 debate level with one agent where quoting whole responses halved round-2 accuracy;
+  README "Base-model debate");
+- sampling: T=0.7 for training (single-agent accuracy 0.27 vs 0.21 at T=1; the debate is not
+  significantly below one agent there);
 - sizes: 48 new tokens per turn, sequences of at most 512 tokens, a 10x higher learning rate than
   the seeds' 3e-6 over 12 steps, so that a run fits about half an hour on 2 CPU cores.
 Still 3 agents x 2 rounds, 4 debates per prompt, GRPO with the seeds' loss settings, except:
@@ -34,7 +40,7 @@ method; jaxdebate/shaping/REDUCTIONS.md has what each reduces to):
 Validation, as the experiment needs it: the 300 held-out problems single-agent greedy
 (``val/single/``) and as a 3x2 debate greedy (``val/debate/``; the primary endpoint
 ``val/debate/accuracy/debate``) at step 0 (computed once per sweep and reused), mid-run and at the
-end, and levels 1, 4 and 5 (never trained on) single-agent at step 0 and the end
+end, and the templates never trained on single-agent at step 0 and the end
 (``val/transfer/``); every validation writes its per-item rows to ``validation/step_<N>.jsonl``.
 """
 
@@ -48,9 +54,10 @@ from jaxdebate.debate.protocols import with_protocol
 from jaxdebate.shaping import ShapingConfig
 
 GENERATIONS_PER_PROMPT = seeds.GENERATIONS_PER_PROMPT  # 4 debates per prompt, as in the seeds
-TRAIN_DATA = "arithmetic:level=2..3,n=2000,seed=0"
+TRAIN_DATA = "arithmetic:templates=2+1/2-1/2+2/2x1,n=2000,seed=0"
 VALIDATION_SIZE = 300
-PROTOCOL = "answer_line"
+PROTOCOL = "answer_line_debate"
+TEMPERATURE = 0.7
 MAX_SEQUENCE_LENGTH = 512
 MAX_NEW_TOKENS = 48
 TRAIN_BATCH_SIZE = 2
@@ -60,7 +67,7 @@ WARMUP_STEPS = 2
 DISCOUNT = 0.99  # shaping.discount, and potential_based's gamma
 VALIDATION_EVERY_STEPS = 6  # mid-run and the end
 VALIDATION_ENVS = {"single": "math", "debate": "math_debate"}
-TRANSFER_DATA = "arithmetic:level=1+4+5,n=300,seed=11"
+TRANSFER_DATA = "arithmetic:templates=1+1/2-2/1x1/2+1-1/2+1x1,n=300,seed=11"  # the templates not trained on
 EVAL_BATCH_SIZE = 100
 # 4 packed rows of 512 per forward/backward (more are accumulated, same update): bounds the learner's
 # memory (~10 GB without remat) on a 24 GiB machine; a step packs into 1-3 rows (identity seed 42)
@@ -79,7 +86,8 @@ def get_config(shaping: ShapingConfig | None = None) -> Config:
                                  validation_envs=VALIDATION_ENVS, transfer=TRANSFER_DATA),
         loss=dataclasses.replace(c.loss, grouping="agent_round", filter_truncated=False, truncated_as_wrong=True),
         debate=with_protocol(dataclasses.replace(c.debate, max_sequence_length=MAX_SEQUENCE_LENGTH), PROTOCOL),
-        sampler=dataclasses.replace(c.sampler, backend=SAMPLER_BACKEND, max_new_tokens=MAX_NEW_TOKENS),
+        sampler=dataclasses.replace(c.sampler, backend=SAMPLER_BACKEND, max_new_tokens=MAX_NEW_TOKENS,
+                                    temperature=TEMPERATURE),
         optimizer=dataclasses.replace(c.optimizer, peak_lr=LEARNING_RATE, end_lr=LEARNING_RATE,
                                       warmup_steps=WARMUP_STEPS, schedule="linear"),
         training=dataclasses.replace(

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from jaxdebate.data import readers
-from jaxdebate.data.builtin import LEVELS, arithmetic_items
+from jaxdebate.data.builtin import LEVELS, TEMPLATES, arithmetic_items
 from jaxdebate.data.items import Item
 from jaxdebate.errors import DataError
 
@@ -75,16 +75,31 @@ def _parse_levels(text: str, spec: str) -> tuple[int, ...]:
     return levels
 
 
+def _parse_templates(text: str, spec: str) -> tuple[str, ...]:
+    """``2+1/2-1/1x1`` -> ("2+1", "2-1", "1x1"): names of :data:`jaxdebate.data.builtin.TEMPLATES`
+    joined by ``/`` (a comma would end the option)."""
+    names = tuple(t.strip() for t in text.split("/"))
+    unknown = [t for t in names if t not in TEMPLATES]
+    if not text.strip() or unknown or len(set(names)) != len(names):
+        raise DataError(f"builtin dataset {spec!r}: templates={text!r} must be distinct names joined by '/' "
+                        f"from {', '.join(TEMPLATES)}" + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
+    return names
+
+
 def _parse_builtin(spec: str) -> list[Item]:
-    """``arithmetic[:n=N,seed=S,level=K|A..B|A+B,slice=A:B]``; ``slice`` keeps items ``A..B-1`` of the
-    ``n`` generated, so two slices of one spec are disjoint (a training set and its held-out set)."""
+    """``arithmetic[:n=N,seed=S,level=K|A..B|A+B,templates=T/T/...,slice=A:B]``; ``slice`` keeps items
+    ``A..B-1`` of the ``n`` generated, so two slices of one spec are disjoint (a training set and its
+    held-out set). ``templates`` (not with ``level``) draws from single templates such as ``2+1``."""
     name, _, body = spec.partition(":")
     options: dict[str, int] = {"n": 64, "seed": 0}
-    levels, window = None, None
+    levels, templates, window = None, None, None
     for part in filter(None, (p.strip() for p in body.split(","))):
         key, sep, value = (x.strip() for x in part.partition("="))
         if sep and key == "level":
             levels = _parse_levels(value, spec)
+            continue
+        if sep and key == "templates":
+            templates = _parse_templates(value, spec)
             continue
         if sep and key == "slice":
             try:
@@ -95,14 +110,16 @@ def _parse_builtin(spec: str) -> list[Item]:
             continue
         if not sep or key not in options:
             raise DataError(f"builtin dataset option {part!r} in {spec!r}: expected n=INT, seed=INT, "
-                            f"level=K|A..B or slice=A:B")
+                            f"level=K|A..B, templates=T/T/... or slice=A:B")
         try:
             options[key] = int(value)
         except ValueError:
             raise DataError(f"builtin dataset option {part!r} in {spec!r} is not an integer") from None
     if options["n"] < 1:
         raise DataError(f"builtin dataset {spec!r}: n must be >= 1")
-    items = arithmetic_items(n=options["n"], seed=options["seed"], levels=levels)
+    if levels is not None and templates is not None:
+        raise DataError(f"builtin dataset {spec!r}: give level= or templates=, not both")
+    items = arithmetic_items(n=options["n"], seed=options["seed"], levels=levels, templates=templates)
     if window is None:
         return items
     start, stop = window
@@ -165,8 +182,8 @@ def load_items(
     name_or_path: str, *, env: str | None = None, limit: int | None = None, format: str | None = None
 ) -> list[Item]:
     """Items of a dataset: a name (``math500``, ``gsm8k_train``, ``gsm8k_test``, ``gsm8k_platinum``,
-    ``arithmetic[:n=N,seed=S,level=A..B]``) or the path of a .jsonl file (format detected from its fields, or
-    ``format=`` one of :data:`readers.FORMATS`). ``env`` overrides every item's environment and
+    ``arithmetic[:n=N,seed=S,level=A..B|templates=T/T/...]``) or the path of a .jsonl file (format
+    detected from its fields, or ``format=`` one of :data:`readers.FORMATS`). ``env`` overrides every item's environment and
     ``limit`` keeps the first ``limit`` items."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise DataError(f"limit must be a positive integer or None, got {limit!r}")

@@ -15,6 +15,7 @@ DEFAULT_DEBATE_INSTRUCTION = (
     "step by step and give an updated answer. Put your final answer within \\boxed{}."
 )
 DEFAULT_TRIM_MARKER = "[… {n} tokens trimmed …]"
+QUOTE_MODES = ("full", "answer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +33,14 @@ class DebateConfig(Section):
     a completion's final answer is found (``marked``: boxed or after a marker; ``number``: also the
     last number, see :func:`jaxdebate.debate.answers.extract_answer`). Named presets live in
     :mod:`jaxdebate.debate.protocols`.
+
+    ``quote`` is what a later round shows of the previous answers: ``full`` (the default) the whole
+    responses, the agent's own as its earlier chat turn; ``answer`` only each agent's extracted final
+    answer, one line per agent (its own first, as ``You``, with ``show_own_previous``) inside a single
+    user message with the problem, so that a small model sees a short prompt shaped like round 1's
+    instead of other agents' rambling text. ``debate_example_answers`` (``answer`` quoting only)
+    replaces the round-1 worked example in later rounds by one in the later-round layout: the example
+    problem with these previous answers (own first) and ``example_solution`` as the reply.
     """
 
     _name: ClassVar[str] = "debate"
@@ -48,6 +57,8 @@ class DebateConfig(Section):
     example_problem: str | None = None
     example_solution: str | None = None
     extraction: str = "marked"
+    quote: str = "full"
+    debate_example_answers: tuple[str, ...] | None = None
 
     def validate(self) -> None:
         self._at_least(1, "num_agents", "num_rounds")
@@ -56,6 +67,15 @@ class DebateConfig(Section):
                         "system_prompt", "example_problem", "example_solution")
         if (self.example_problem is None) != (self.example_solution is None):
             self._fail("example_solution", "must be set together with example_problem (both or neither)")
+        if self.quote not in QUOTE_MODES:
+            self._fail("quote", f"must be one of {', '.join(QUOTE_MODES)}")
+        if self.debate_example_answers is not None:
+            if self.quote != "answer":
+                self._fail("debate_example_answers", "needs quote='answer' (the layout it is written in)")
+            if self.example_problem is None:
+                self._fail("debate_example_answers", "needs example_problem and example_solution")
+            if not self.debate_example_answers or any(not str(a).strip() for a in self.debate_example_answers):
+                self._fail("debate_example_answers", "must be a non-empty list of non-blank answers")
         if self.extraction not in EXTRACTION_MODES:
             self._fail("extraction", f"must be one of {', '.join(EXTRACTION_MODES)}")
         try:

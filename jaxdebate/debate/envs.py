@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from jaxdebate.data.items import Item
+from jaxdebate.debate.answers import extract_answer
 from jaxdebate.debate.config import DebateConfig
 from jaxdebate.errors import ConfigError, DataError
 
@@ -47,8 +48,11 @@ class DebateEnv:
         """Round r > 1: the agent's previous answer (optional) and the others' previous answers.
 
         ``others`` holds (agent index, previous response text), already trimmed to fit.
+        With ``quote="answer"`` only their extracted final answers are shown (:meth:`_answer_messages`).
         """
         cfg = self.config
+        if cfg.quote == "answer":
+            return self._answer_messages(item, own_previous, others)
         shared = "\n\n".join(f"Agent {j + 1}'s solution:\n{text.strip()}" for j, text in others)
         debate = f"{cfg.debate_intro}\n\n{shared}\n\n{cfg.debate_instruction}"
         if cfg.show_own_previous and own_previous is not None:
@@ -58,6 +62,41 @@ class DebateEnv:
                 {"role": "user", "content": debate},
             ])
         return self._with_system([{"role": "user", "content": f"{item.problem}\n\n{debate}"}])
+
+    def _answer_block(self, problem: str, own: list[str | None], others: Sequence[tuple[int, str | None]]) -> str:
+        """The problem, the intro, ``You: 7`` (when ``own`` holds the agent's answer) and ``Agent 2: 8``
+        lines (``no answer`` where an agent stated none), then the debate instruction."""
+        cfg = self.config
+        rows = [("You", answer) for answer in own] + [(f"Agent {j + 1}", answer) for j, answer in others]
+        lines = "\n".join(f"{who}: {answer if answer is not None else 'no answer'}" for who, answer in rows)
+        return f"{problem}\n\n{cfg.debate_intro}\n{lines}\n\n{cfg.debate_instruction}"
+
+    def _answer_messages(self, item: Item, own_previous: str | None,
+                         others: Sequence[tuple[int, str]]) -> list[Message]:
+        """A later round that quotes answers only: one user message with the problem, the intro, one
+        line per previous answer (the agent's own first, with ``show_own_previous``) and the debate
+        instruction; before it the worked example in the same layout when ``debate_example_answers``
+        is set, else the round-1 example.
+
+        A small model copes with a prompt shaped like round 1's; whole quoted responses (and its own
+        as an earlier chat turn) make it continue their rambling instead of answering.
+        """
+        cfg = self.config
+        show_own = cfg.show_own_previous and own_previous is not None
+        own = [extract_answer(own_previous, cfg.extraction)] if show_own else []
+        quoted = [(j, extract_answer(text, cfg.extraction)) for j, text in others]
+        messages = [{"role": "user", "content": self._answer_block(item.problem, own, quoted)}]
+        if cfg.debate_example_answers is None:
+            return self._with_system(messages)
+        example = list(cfg.debate_example_answers)
+        example_own = example[:1] if cfg.show_own_previous else []
+        example_others = list(enumerate(example[len(example_own):], start=1))
+        shot = [
+            {"role": "user", "content": self._answer_block(cfg.example_problem, example_own, example_others)},
+            {"role": "assistant", "content": cfg.example_solution},
+        ]
+        system = [] if cfg.system_prompt is None else [{"role": "system", "content": cfg.system_prompt}]
+        return [*system, *shot, *messages]
 
 
 _REGISTRY: dict[str, Callable[[DebateConfig], DebateEnv]] = {}
