@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--samples", type=int, default=1, help="debates per item (use with --temperature > 0)")
     p.add_argument("--protocol", default=None,
-                   help="answer protocol (jaxdebate.debate.protocols: boxed, answer_line, answer_line_debate); "
+                   help="answer protocol (jaxdebate.debate.answer_protocols: boxed, answer_line, answer_line_debate); "
                         "default: the "
                         "workdir's, else boxed")
     p.add_argument("--max-tokens", type=int, default=None,
@@ -118,7 +118,7 @@ def load_model(spec: str, step: int | None):
 def debate_config(args: argparse.Namespace, run_config: Any):
     """The debate section to evaluate with: the run's protocol (or ``--protocol``) and shape."""
     from jaxdebate.debate import DebateConfig
-    from jaxdebate.debate.protocols import with_protocol
+    from jaxdebate.debate.answer_protocols import with_protocol
 
     base = run_config.debate if run_config is not None else DebateConfig()
     config = dataclasses.replace(base, num_agents=args.agents, num_rounds=args.rounds)

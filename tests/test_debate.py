@@ -306,7 +306,7 @@ def test_water_level():
 def test_answer_line_protocol_prompts_and_extraction(tokenizer, grader):
     """The worked example precedes every turn, round 2 quotes the others under the protocol's
     wording, and unmarked numeric answers ("2 + 3 = 5") are graded under ``extraction='number'``."""
-    from jaxdebate.debate.protocols import PROTOCOLS, with_protocol
+    from jaxdebate.debate.answer_protocols import PROTOCOLS, with_protocol
 
     config = with_protocol(DebateConfig(num_agents=2, num_rounds=2), "answer_line")
     assert config.extraction == "number" and config.example_solution == PROTOCOLS["answer_line"]["example_solution"]
@@ -336,7 +336,7 @@ def test_answer_line_debate_quotes_final_answers_only(tokenizer, grader):
     """``answer_line_debate``: round 1 is ``answer_line``'s; a later round shows the problem with one
     line per previous final answer (the agent's own first, ``no answer`` where none was stated), never
     the other agents' text, after a worked example in the same layout."""
-    from jaxdebate.debate.protocols import with_protocol
+    from jaxdebate.debate.answer_protocols import with_protocol
 
     seen = {}
 

@@ -50,7 +50,7 @@ import dataclasses
 
 from configs import base as seeds
 from jaxdebate.config import Config
-from jaxdebate.debate.protocols import with_protocol
+from jaxdebate.debate.answer_protocols import with_protocol
 from jaxdebate.shaping import ShapingConfig
 
 GENERATIONS_PER_PROMPT = seeds.GENERATIONS_PER_PROMPT  # 4 debates per prompt, as in the seeds

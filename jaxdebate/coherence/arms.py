@@ -181,7 +181,7 @@ class AnswerFormat:
     def named(cls, protocol: str) -> AnswerFormat:
         if protocol == "seed":
             return cls()
-        from jaxdebate.debate.protocols import protocol_fields
+        from jaxdebate.debate.answer_protocols import protocol_fields
 
         fields = protocol_fields(protocol)
         example = (fields["example_problem"], fields["example_solution"]) if fields.get("example_problem") else None

@@ -30,7 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--env", default=None, help="play every item in this environment (default: remap math -> math_debate)")
     p.add_argument("--early-stop", action="store_true", help="stop a debate when all agents agree")
     p.add_argument("--protocol", default="boxed",
-                   help="answer protocol (jaxdebate.debate.protocols: boxed, answer_line; default: boxed)")
+                   help="answer protocol (jaxdebate.debate.answer_protocols: boxed, answer_line; default: boxed)")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--max-sequence-length", type=int, default=2048)
     p.add_argument("--temperature", type=float, default=0.7)
@@ -61,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.n < 1 or args.offset < 0:
         raise ConfigError("--n must be >= 1 and --offset >= 0")
-    from jaxdebate.debate.protocols import with_protocol
+    from jaxdebate.debate.answer_protocols import with_protocol
 
     config = with_protocol(DebateConfig(num_agents=args.agents, num_rounds=args.rounds,
                                         early_stop_on_consensus=args.early_stop,

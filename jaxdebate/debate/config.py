@@ -32,7 +32,7 @@ class DebateConfig(Section):
     example before every turn's messages as an earlier user/assistant exchange; ``extraction`` is how
     a completion's final answer is found (``marked``: boxed or after a marker; ``number``: also the
     last number, see :func:`jaxdebate.debate.answers.extract_answer`). Named presets live in
-    :mod:`jaxdebate.debate.protocols`.
+    :mod:`jaxdebate.debate.answer_protocols`.
 
     ``quote`` is what a later round shows of the previous answers: ``full`` (the default) the whole
     responses, the agent's own as its earlier chat turn; ``answer`` only each agent's extracted final
