@@ -253,7 +253,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from jaxdebate.config import SamplerConfig
     from jaxdebate.data import load_items
-    from jaxdebate.debate import Grader, derive_seed, run_debates
+    from jaxdebate.debate import Grader, debate_chunks, derive_seed
     from jaxdebate.errors import DataError
     from jaxdebate.sampling.base import SamplingParams
     from jaxdebate.sampling.factory import make_sampler
@@ -297,18 +297,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sink = stack.enter_context(open(out, "w", encoding="utf-8")) if out is not None else None
         bar = stack.enter_context(tqdm(total=len(items), desc="eval", unit="item", dynamic_ncols=True,
                                        disable=args.no_progress, file=sys.stderr))
-        for chunk_start in range(0, len(items), args.batch_size):
-            chunk = items[chunk_start:chunk_start + args.batch_size]
-            seed = derive_seed(args.seed, chunk_start)
-            batch = run_debates(sampler, tokenizer, chunk, config=debate, n_rollouts=args.samples,
-                                sampling=sampling, grader=grader, seed=seed)
-            new = rows_of(batch, seed=seed)
+        for offset, batch in debate_chunks(sampler, tokenizer, items, batch_size=args.batch_size, seed=args.seed,
+                                           config=debate, n_rollouts=args.samples, sampling=sampling, grader=grader):
+            new = rows_of(batch, seed=derive_seed(args.seed, offset))
             rows.extend(new)
             if sink is not None:
                 for row in new:
                     sink.write(json.dumps(row, ensure_ascii=False) + "\n")
                 sink.flush()
-            bar.update(len(chunk))
+            bar.update(len(batch.items))
             bar.set_postfix(acc=f"{sum(r['correct'] for r in rows) / len(rows):.3f}")
     summary = summarize(rows)
     summary.update({

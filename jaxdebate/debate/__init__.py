@@ -7,7 +7,7 @@ from jaxdebate.debate.config import DebateConfig
 from jaxdebate.debate.envs import DebateEnv, env_names, make_env, register_env, route
 from jaxdebate.debate.fitting import PromptTooLongError
 from jaxdebate.debate.grading import Grader, GradingError, default_grader, is_correct
-from jaxdebate.debate.protocol import derive_seed, run_debates
+from jaxdebate.debate.protocol import debate_chunks, derive_seed, run_debates
 
 __all__ = [
     "DebateBatch",
@@ -20,6 +20,7 @@ __all__ = [
     "Turn",
     "answer_classes_many",
     "default_grader",
+    "debate_chunks",
     "derive_seed",
     "env_names",
     "extract_answer",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -235,6 +235,18 @@ def run_debates(
         items=tuple(items), env_names=tuple(e.name for e in envs), correct=correct, votes=votes, gold=gold,
         active=active, turns=turns, classes=tuple(c.representatives for c in groups), stats=stats,
     )
+
+
+def debate_chunks(sampler: Sampler, tokenizer, items: Sequence[Item], *, batch_size: int, seed: int,
+                  **debate_args) -> Iterator[tuple[int, DebateBatch]]:
+    """``(offset, batch)`` for each ``batch_size`` items in order: :func:`run_debates` per chunk,
+    seeded ``derive_seed(seed, offset)``. The one evaluation loop of ``jaxdebate.eval`` and the
+    trainer's validation, so that both sample an item the same way."""
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    for offset in range(0, len(items), batch_size):
+        chunk = list(items[offset:offset + batch_size])
+        yield offset, run_debates(sampler, tokenizer, chunk, seed=derive_seed(seed, offset), **debate_args)
 
 
 def _early_stop(units, envs, answers, alive, grader: Grader, stats) -> None:

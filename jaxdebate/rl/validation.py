@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 
 from jaxdebate.data import Item
-from jaxdebate.debate import DebateConfig, Grader, plurality_votes, run_debates
+from jaxdebate.debate import DebateConfig, Grader, debate_chunks, plurality_votes
 from jaxdebate.sampling.base import Sampler, SamplingParams
 
 
@@ -58,13 +57,9 @@ def validate(
     seed: int,
 ) -> tuple[dict[str, float], list[Any]]:
     """Debate every held-out item once (``batch_size`` items per sampler call); ``(metrics, batches)``."""
-    batches = []
-    for start in range(0, len(items), batch_size):
-        chunk = list(items[start:start + batch_size])
-        batches.append(run_debates(
-            sampler, tokenizer, chunk, config=debate, n_rollouts=1, sampling=sampling, grader=grader,
-            env_name_remap=env_name_remap, seed=int(np.uint32(seed + start)),
-        ))
+    batches = [batch for _, batch in debate_chunks(
+        sampler, tokenizer, items, batch_size=batch_size, seed=seed, config=debate, n_rollouts=1, sampling=sampling,
+        grader=grader, env_name_remap=env_name_remap)]
     return (accuracy_report(batches) if batches else {}), batches
 
 
