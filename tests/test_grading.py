@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from jaxdebate.debate import Grader, answer_classes_many, extract_answer, is_correct
+from jaxdebate.debate import Grader, answer_classes_many, extract_answer
 from jaxdebate.errors import ConfigError
 
 LIMIT_S = 2.0  # the hard limit the adversarial tests hold the grader to
@@ -203,9 +203,9 @@ def test_several_workers_share_a_batch():
         assert all(pid is not None for pid in g.worker_pids) and len(set(g.worker_pids)) == 2
 
 
-def test_module_level_is_correct():
-    assert is_correct("so \\boxed{\\frac{4}{8}}", "0.5")
-    assert not is_correct("so \\boxed{3}", "0.5")
+def test_is_correct_grades_the_stated_answer(grader):
+    assert grader.is_correct("so \\boxed{\\frac{4}{8}}", "0.5")
+    assert not grader.is_correct("so \\boxed{3}", "0.5")
 
 
 @pytest.mark.parametrize(
@@ -215,10 +215,9 @@ def test_module_level_is_correct():
 )
 def test_is_correct_refuses_non_strings_naming_the_argument(grader, completion, gold, argument):
     """Issue 14 item 8: a bare TypeError from deep inside (None gold) or an AttributeError (int)."""
-    for check in (lambda: is_correct(completion, gold, grader=grader), lambda: grader.is_correct(completion, gold)):
-        bad = completion if argument == "completion" else gold
-        with pytest.raises(TypeError, match=f"^{argument} must be a str, got {type(bad).__name__}"):
-            check()
+    bad = completion if argument == "completion" else gold
+    with pytest.raises(TypeError, match=f"^{argument} must be a str, got {type(bad).__name__}"):
+        grader.is_correct(completion, gold)
     name = "completions[1]" if argument == "completion" else "golds[1]"
     with pytest.raises(TypeError, match=rf"^{re.escape(name)} must be a str"):
         grader.is_correct_many(["\\boxed{1}", completion], ["1", gold])

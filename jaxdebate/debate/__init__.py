@@ -6,7 +6,7 @@ from jaxdebate.debate.classes import GroupClasses, answer_classes_many, pluralit
 from jaxdebate.debate.config import DebateConfig
 from jaxdebate.debate.envs import DebateEnv, env_names, make_env, register_env, route
 from jaxdebate.debate.fitting import PromptTooLongError
-from jaxdebate.debate.grading import Grader, GradingError, default_grader, is_correct
+from jaxdebate.debate.grading import Grader, GradingError
 from jaxdebate.debate.protocol import debate_chunks, derive_seed, run_debates
 
 __all__ = [
@@ -19,12 +19,10 @@ __all__ = [
     "PromptTooLongError",
     "Turn",
     "answer_classes_many",
-    "default_grader",
     "debate_chunks",
     "derive_seed",
     "env_names",
     "extract_answer",
-    "is_correct",
     "make_env",
     "plurality",
     "plurality_votes",

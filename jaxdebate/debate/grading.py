@@ -26,7 +26,7 @@ from pathlib import Path
 from jaxdebate.debate.answers import decimal_value, extract_answer, integer_value, nesting_depth, normalize
 from jaxdebate.errors import ConfigError, JaxDebateError
 
-__all__ = ["Grader", "GradingError", "extract_answer", "is_correct", "default_grader"]
+__all__ = ["Grader", "GradingError"]
 
 _DECIMAL_APART = Decimal("1e-5")  # decimals this far apart differ at math-verify's 6-place rounding
 _WORKER = Path(__file__).with_name("_grading_worker.py")
@@ -392,20 +392,3 @@ class Grader:
                 results.append(outcome is True)
                 crashes_here = 0
         return results
-
-
-_DEFAULT: list[Grader] = []
-_DEFAULT_LOCK = threading.Lock()
-
-
-def default_grader() -> Grader:
-    """A process-wide Grader with default limits, created on first use (for :func:`is_correct`)."""
-    with _DEFAULT_LOCK:
-        if not _DEFAULT:
-            _DEFAULT.append(Grader())
-        return _DEFAULT[0]
-
-
-def is_correct(completion: str, gold: str, *, grader: Grader | None = None) -> bool:
-    """True when the final answer stated in ``completion`` is equivalent to ``gold``."""
-    return (grader or default_grader()).is_correct(completion, gold)
