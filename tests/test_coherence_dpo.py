@@ -178,4 +178,5 @@ def test_schedules():
         if at_end is not None:
             assert float(s(9)) == pytest.approx(at_end, abs=1e-6)
     warm = train.make_schedule(DPOConfig(learning_rate=1.0, warmup_ratio=0.2, schedule="constant"), total)
-    assert float(warm(0)) == 0.0 and float(warm(1)) == pytest.approx(0.5) and float(warm(5)) == 1.0
+    # 2 warm-up updates: 1/3, 2/3 of the peak (the first update already moves the weights), then the peak
+    assert float(warm(0)) == pytest.approx(1 / 3) and float(warm(1)) == pytest.approx(2 / 3) and float(warm(5)) == 1.0
