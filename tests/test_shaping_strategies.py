@@ -227,15 +227,24 @@ def test_repeated_calls_compile_once_and_float_params_are_traced():
 TRACES: list[int] = []
 
 
-if "test_scaled_correct" not in STRATEGIES:
-    @register_strategy("test_scaled_correct", params=(Param("scale", float, in_unit_interval),))
-    def _scaled_correct(group, params):
-        """A sixth strategy, registered by one decorated function (counts its own traces)."""
-        TRACES.append(1)
-        return params["scale"] * group.correct
+def _scaled_correct(group, params):
+    """A sixth strategy (counts its own traces)."""
+    TRACES.append(1)
+    return params["scale"] * group.correct
 
 
-def test_a_sixth_strategy_is_one_decorated_function():
+@pytest.fixture
+def sixth_strategy():
+    """Registered by one decorator call for this test only: the registry is process-wide, and a
+    strategy left behind would be a strategy every config family lacks (the sweep refuses that)."""
+    from jaxdebate.shaping import registry
+
+    register_strategy("test_scaled_correct", params=(Param("scale", float, in_unit_interval),))(_scaled_correct)
+    yield
+    del registry._REGISTRY["test_scaled_correct"]
+
+
+def test_a_sixth_strategy_is_one_decorated_function(sixth_strategy):
     c, v, g, a = mixed_batch(3, 2, 2, 3, 2)
     before = len(TRACES)
     for scale in (0.5, 0.25, 1.0):
