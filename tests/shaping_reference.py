@@ -281,3 +281,20 @@ def mixed_batch(seed: int, n_groups: int, n_rollouts: int, n_agents: int, n_roun
         for i in range(n_groups)
     ]
     return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))
+
+
+# Strategies computing a * b + c: XLA may contract it into a fused multiply-add, whose single rounding
+# can differ from this reference's separate multiply and add by one ulp.
+FMA_STRATEGIES = {"potential_based", "reward_mixing"}
+
+
+def configs(n_rollouts: int) -> list[tuple[str, dict]]:
+    """One (strategy, params) per built-in and potential type: what the shaping tests sweep."""
+    return [
+        ("identity", {}),
+        ("difference_rewards", {}),
+        ("potential_based", {"gamma": 0.9, "potential_type": "debate_length"}),
+        ("potential_based", {"gamma": 0.73, "potential_type": "agreement"}),
+        ("coma_advantage", {"n_rollouts_per_prompt": n_rollouts}),
+        ("reward_mixing", {"alpha": 0.3}),
+    ]

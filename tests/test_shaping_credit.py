@@ -8,22 +8,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import shaping_reference as ref
+from shaping_reference import FMA_STRATEGIES, configs
 from jaxdebate.shaping import ShapingConfig, shape_rewards
-
-# a * b + c inside the strategy may be one fused rounding (see test_shaping_strategies); the return
-# then carries that ulp through at most R additions of terms |x| <= 2 * R.
-FMA_STRATEGIES = {"potential_based", "reward_mixing"}
-
-
-def configs(n_rollouts: int):
-    return [
-        ("identity", {}),
-        ("difference_rewards", {}),
-        ("potential_based", {"gamma": 0.9, "potential_type": "debate_length"}),
-        ("potential_based", {"gamma": 0.73, "potential_type": "agreement"}),
-        ("coma_advantage", {"n_rollouts_per_prompt": n_rollouts}),
-        ("reward_mixing", {"alpha": 0.3}),
-    ]
 
 
 def textbook_return(shaped, active, discount):
@@ -56,7 +42,7 @@ def test_return_credit_matches_reference_exactly(d, discount):
         cfg = ShapingConfig(name, params, credit="return", discount=discount)
         got = np.asarray(shape_rewards(cfg, correct, votes, gold, active))
         expected = ref.shape_batch(name, params, correct, votes, gold, active, "return", discount)
-        if name in FMA_STRATEGIES:
+        if name in FMA_STRATEGIES:  # one fused rounding, carried through at most R additions of |x| <= 2R
             np.testing.assert_allclose(got, expected, rtol=0, atol=n_rounds * 2.0**-20, err_msg=f"{name} {params}")
         else:
             np.testing.assert_array_equal(got, expected, err_msg=f"{name} {params}")

@@ -10,7 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import shaping_reference as ref
-from shaping_reference import mixed_batch
+from shaping_reference import FMA_STRATEGIES, configs, mixed_batch
 from jaxdebate.shaping import (
     STRATEGIES,
     Param,
@@ -22,21 +22,7 @@ from jaxdebate.shaping import (
 )
 from jaxdebate.shaping.registry import in_unit_interval
 
-# Strategies computing a * b + c; XLA may contract it into a fused multiply-add, whose single
-# rounding can differ from the reference's separate multiply and add by one ulp (|x| <= 2 here).
-FMA_STRATEGIES = {"potential_based", "reward_mixing"}
 BUILTINS = ["coma_advantage", "difference_rewards", "identity", "potential_based", "reward_mixing"]
-
-
-def configs(n_rollouts: int):
-    return [
-        ("identity", {}),
-        ("difference_rewards", {}),
-        ("potential_based", {"gamma": 0.9, "potential_type": "debate_length"}),
-        ("potential_based", {"gamma": 0.73, "potential_type": "agreement"}),
-        ("coma_advantage", {"n_rollouts_per_prompt": n_rollouts}),
-        ("reward_mixing", {"alpha": 0.3}),
-    ]
 
 
 def test_registry_lists_the_five_strategies():

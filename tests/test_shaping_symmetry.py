@@ -7,18 +7,8 @@ import numpy as np
 import pytest
 
 import shaping_reference as ref
+from shaping_reference import configs
 from jaxdebate.shaping import ShapingConfig, shape_rewards
-
-
-def configs(n_rollouts: int):
-    return [
-        ("identity", {}),
-        ("difference_rewards", {}),
-        ("potential_based", {"gamma": 0.9, "potential_type": "debate_length"}),
-        ("potential_based", {"gamma": 0.73, "potential_type": "agreement"}),
-        ("coma_advantage", {"n_rollouts_per_prompt": n_rollouts}),
-        ("reward_mixing", {"alpha": 0.3}),
-    ]
 
 
 @pytest.mark.parametrize("seed, n_agents", [(0, 2), (1, 3), (2, 4)])
