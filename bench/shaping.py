@@ -4,7 +4,7 @@
 
 Shapes: G=4 rollouts, A=3 agents, R=2 rounds, early-stopped debates with padding (realistic masks).
 JAX: best of --repeats timed calls after one warm-up (compile) call, result blocked on.
-Loop reference (tests/shaping_reference.py): timed on the first --loop-groups groups of the same
+Loop reference (tests/shaping/shaping_reference.py): timed on the first --loop-groups groups of the same
 batch and reported per group; its groups/s is extrapolated to every B (it is linear in B).
 Two ratios: wall clock (groups/s), and CPU time per group (process time, all threads), which is
 less sensitive to other jobs sharing the machine.
@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "shaping"))
 
 import jax  # noqa: E402
 

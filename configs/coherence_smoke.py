@@ -4,7 +4,7 @@ questions, 16-token completions, one DPO epoch (at a learning rate high enough t
 
 A random ``tiny`` model never writes ``Answer: …``, so every trajectory is incorrect and the pairs
 stage finds nothing to train on; point ``model.source`` at a small model that answers in that format
-(tests/test_coherence_pipeline.py builds a tiny one for this).
+(tests/coherence/test_pipeline.py builds a tiny one for this).
 """
 
 from configs import coherence

@@ -13,7 +13,7 @@ from jaxdebate.config import Config
 from jaxdebate.configlib import from_dict
 from jaxdebate.model import LlamaConfig, export_hf, load, peft_export
 from jaxdebate.model.lora import merge
-from jaxdebate.rl.grpo import all_finite
+from jaxdebate.rl.optim import all_finite
 from jaxdebate.model.tokenizer import load_tokenizer
 
 

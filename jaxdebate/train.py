@@ -41,7 +41,8 @@ from jaxdebate.model import load, load_tokenizer, make_mesh, shard_params
 from jaxdebate.model.mesh import sampling_devices
 from jaxdebate.rl.batching import Sample, pack_samples, rows_cap_for, unpack_samples
 from jaxdebate.rl import config_history, run_state
-from jaxdebate.rl.grpo import Learner, all_finite, nonfinite_update
+from jaxdebate.rl.grpo import Learner
+from jaxdebate.rl.optim import all_finite, nonfinite_update
 from jaxdebate.rl.step import Layout, sampling_seed, training_samples, update
 from jaxdebate.rl.preflight import check_prompts_fit
 from jaxdebate.rl.step_metrics import timing_metrics, train_metrics

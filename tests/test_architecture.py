@@ -146,3 +146,13 @@ def test_in_server_modules_import_only_the_standard_library_and_vllm():
             for name in names:
                 top = name.split(".")[0]
                 assert top in sys.stdlib_module_names or top in SERVER_PACKAGES, f"{path.name} imports {name}"
+
+
+def test_tests_mirror_the_package():
+    """A module's tests are found by its path: every folder under tests/ is a package of jaxdebate."""
+    tests = Path(__file__).resolve().parent
+    folders = [p for p in tests.rglob("*") if p.is_dir() and p.name != "__pycache__"]
+    assert folders, "tests/ has no package folders"
+    strays = [str(p.relative_to(tests)) for p in folders
+              if not (PACKAGE / p.relative_to(tests) / "__init__.py").is_file()]
+    assert not strays, f"tests/ folders with no jaxdebate package of that path: {strays}"

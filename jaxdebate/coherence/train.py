@@ -32,6 +32,7 @@ from jaxdebate.data.stream import epoch_order
 from jaxdebate.errors import ConfigError, DataError
 from jaxdebate.metrics import MetricWriter
 from jaxdebate.model import lora, peft_export, token_logprobs
+from jaxdebate.rl.optim import guarded_apply, nonfinite_update
 from jaxdebate.schedules import warmup_then_decay
 
 
@@ -43,13 +44,10 @@ def make_schedule(cfg: DPOConfig, total_steps: int) -> optax.Schedule:
 
 
 def dpo_optimizer(cfg: DPOConfig) -> optax.GradientTransformation:
-    """Global-norm clipping then AdamW's direction (Adam moments + decoupled weight decay); the
-    learning rate is applied by the update itself, so one compiled update serves every schedule."""
-    return optax.chain(
-        optax.clip_by_global_norm(cfg.max_grad_norm),
-        optax.scale_by_adam(),
-        optax.add_decayed_weights(cfg.weight_decay),
-    )
+    """AdamW's direction (Adam moments + decoupled weight decay), negated: the update multiplies it by
+    the learning rate of the step (so one compiled update serves every schedule) and clips the
+    gradient to ``max_grad_norm`` first (:func:`jaxdebate.rl.optim.guarded_apply`)."""
+    return optax.chain(optax.scale_by_adam(), optax.add_decayed_weights(cfg.weight_decay), optax.scale(-1.0))
 
 
 def policy_logps(params: Any, model_config: Any, tokens, mask, completion_mask, chunk_size: int = 1024) -> jax.Array:
@@ -99,10 +97,10 @@ def make_update_fn(model_config: Any, lora_scale: float, beta: float, max_grad_n
         count = jnp.maximum(jnp.sum(batch["weights"]), 1.0)
         grads = jax.tree_util.tree_map(lambda g: g / count, grad_sum)
         metrics = {k: v / count for k, v in metric_sum.items()}
-        metrics["grad_norm"] = optax.global_norm(grads)
-        direction, opt_state = optimizer.update(grads, opt_state, adapter)
-        adapter = jax.tree_util.tree_map(lambda p, u: p - lr * u, adapter, direction)
-        return adapter, opt_state, metrics
+        # the GRPO learner's apply: clip, AdamW, and a non-finite update never applied
+        adapter, opt_state, applied = guarded_apply(optimizer, adapter, opt_state, grads, metrics["loss"],
+                                                    grad_clip=max_grad_norm, scale=lr)
+        return adapter, opt_state, {**metrics, **applied}
 
     return jax.jit(update, donate_argnums=(0, 1))
 
@@ -221,6 +219,9 @@ def train(
                 lr = float(schedule(step))
                 adapter, opt_state, metrics = update(adapter, opt_state, base, batch, np.float32(lr))
                 metrics = {k: float(v) for k, v in metrics.items()}
+                bad = nonfinite_update(metrics)
+                if bad:  # the adapter and optimiser state were kept as they were
+                    bar.write(f"dpo update {step + 1}: non-finite {bad}; update skipped")
                 metrics.update(
                     epoch=epoch + 1, lr=lr, pairs=len(idx),
                     seconds=time.perf_counter() - t0, tokens=int(arr["mask"].sum()),
@@ -259,6 +260,7 @@ def _summary(history, encoded, n_given, steps_per_epoch, epochs, seconds, ref_se
         "updates_per_epoch": steps_per_epoch,
         "epochs": epochs,
         "updates_run": len(history),
+        "updates_skipped_nonfinite": sum(1 for h in history if nonfinite_update(h)),
         "seconds": seconds,
         "reference_seconds": ref_seconds,
         "by_epoch": {

@@ -23,7 +23,6 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from jaxdebate.model import LlamaConfig, forward, hidden_logprobs
 from jaxdebate.model import lora as lora_lib
@@ -31,7 +30,7 @@ from jaxdebate.model.config import LoraConfig
 from jaxdebate.rl.batching import FORWARD_KEYS, WINDOW_KEYS
 from jaxdebate.rl.config import LossConfig, OptimizerConfig
 from jaxdebate.rl.losses import metric_sums, policy_loss
-from jaxdebate.schedules import warmup_then_decay
+from jaxdebate.rl.optim import guarded_apply, lr_schedule, make_optimizer
 
 
 @flax.struct.dataclass
@@ -43,19 +42,6 @@ class TrainState:
     opt_state: Any
     ref_params: Any
     step: jax.Array
-
-
-def lr_schedule(cfg: OptimizerConfig, total_steps: int) -> optax.Schedule:
-    """Linear warm-up from 0 to ``peak_lr``, then ``cfg.schedule`` from ``peak_lr`` to ``end_lr``."""
-    return warmup_then_decay(cfg.peak_lr, cfg.end_lr, cfg.warmup_steps, total_steps, cfg.schedule)
-
-
-def make_optimizer(cfg: OptimizerConfig, total_steps: int) -> optax.GradientTransformation:
-    """AdamW on the schedule; clipping happens in ``apply`` (so the pre-clip norm is logged)."""
-    return optax.adamw(
-        lr_schedule(cfg, total_steps), b1=cfg.b1, b2=cfg.b2, eps=cfg.adam_eps,
-        weight_decay=cfg.weight_decay,
-    )
 
 
 class Learner:
@@ -130,22 +116,11 @@ class Learner:
         return jax.tree.map(jnp.add, grads, g), aux
 
     def _apply_impl(self, state: TrainState, grads, loss):
-        grad_norm = optax.global_norm(grads)
-        clip = self.opt_cfg.grad_clip
-        if clip > 0:
-            scale = jnp.minimum(1.0, clip / (grad_norm + 1e-6))
-            grads = jax.tree.map(lambda g: g * scale, grads)
-        updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        # A non-finite loss, gradient or result is never applied: the state stays as it was (the
-        # update counter still advances, so the schedule stays aligned with the trainer's steps).
-        finite = {"loss": jnp.isfinite(loss), "grad_norm": jnp.isfinite(grad_norm),
-                  "params": all_finite(params) & all_finite(opt_state)}
-        ok = finite["loss"] & finite["grad_norm"] & finite["params"]
-        new, old = (params, opt_state), (state.params, state.opt_state)
-        params, opt_state = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, old)
-        metrics = {"grad_norm": grad_norm, "lr": self.schedule(state.step),
-                   **{f"nonfinite/{k}": 1.0 - v.astype(jnp.float32) for k, v in finite.items()}}
+        # a skipped (non-finite) update still advances the counter, so the schedule stays aligned with
+        # the trainer's steps
+        params, opt_state, metrics = guarded_apply(self.tx, state.params, state.opt_state, grads, loss,
+                                                   grad_clip=self.opt_cfg.grad_clip)
+        metrics["lr"] = self.schedule(state.step)
         return dataclasses.replace(state, params=params, opt_state=opt_state, step=state.step + 1), metrics
 
     # ----------------------------------------------------------------------------- stateful shell
@@ -207,19 +182,6 @@ class Learner:
     def hard_update_reference(self, state: TrainState) -> TrainState:
         """The reference policy becomes a copy of the current policy."""
         return dataclasses.replace(state, ref_params=jax.tree.map(jnp.copy, state.params))
-
-
-def all_finite(tree) -> jax.Array:
-    """bool []: every floating-point leaf of ``tree`` is finite (integer leaves always are)."""
-    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
-              if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
-
-
-def nonfinite_update(metrics: dict[str, float]) -> str | None:
-    """The names of what was non-finite in an update's ``metrics`` (``None``: the update applied)."""
-    bad = [k.split("/", 1)[1] for k, v in metrics.items() if k.startswith("nonfinite/") and v]
-    return ", ".join(bad) if bad else None
 
 
 def update_metrics(sums: dict[str, float], maxes: dict[str, float], extra: dict[str, Any]) -> dict[str, float]:

@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from jaxdebate.errors import JaxDebateError
-from jaxdebate.rl.grpo import nonfinite_update
+from jaxdebate.rl.optim import nonfinite_update
 
 
 def no_update_reason(metrics: Mapping[str, float]) -> str:

@@ -5,7 +5,7 @@ f32 [G, A, R]; the caller zeroes inactive turns. No Python loop over rollouts, a
 counterfactual vote vectors are laid out as extra array axes. The team reward they use shares a
 tied win (1/k for k tied plurality answers including gold, `team.gold_share`), so no agent is
 favoured by its index. What each strategy reduces to under each advantage grouping and credit mode
-is tabulated in REDUCTIONS.md (tested in tests/test_shaping_reductions.py).
+is tabulated in REDUCTIONS.md (tested in tests/shaping/test_reductions.py).
 
 Numerics: identity, difference_rewards and coma_advantage are bit-exact against the float32 loop
 reference (coma sums team rewards as exact integers while lcm(1..A) * G < 2^24, and its mean is a

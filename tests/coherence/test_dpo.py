@@ -156,6 +156,19 @@ def test_dpo_training_raises_the_margin_and_checkpoints_every_epoch(tiny_model, 
     assert summary["pairs_trained"] == 5 and summary["updates_run"] == 6
 
 
+def test_dpo_never_applies_a_nonfinite_update(tiny_model, tokenizer, tmp):
+    """The GRPO learner's guard (rl.optim.guarded_apply): an update whose result overflows is skipped,
+    so the adapter stays finite and the run says how many updates it skipped."""
+    params, config = tiny_model
+    result = train.train(tiny_cfg(epochs=1, learning_rate=1e38, schedule="constant"), PAIRS, params, config,
+                         tokenizer, tmp, progress=False, checkpoints=False)
+    assert all(bool(np.all(np.isfinite(np.asarray(x)))) for x in jax.tree_util.tree_leaves(result.adapter))
+    # lr 1e38 makes the first update's weights huge and every later loss and gradient non-finite
+    skipped = [h for h in result.history if h["nonfinite/params"] or h["nonfinite/loss"] or h["nonfinite/grad_norm"]]
+    assert skipped and len(skipped) < len(result.history), result.history
+    assert result.summary["updates_skipped_nonfinite"] == len(skipped)
+
+
 def test_dpo_resume_continues_exactly(tiny_model, tokenizer, tmp):
     params, config = tiny_model
     straight = train.train(tiny_cfg(epochs=2), PAIRS, params, config, tokenizer, tmp / "a", progress=False)

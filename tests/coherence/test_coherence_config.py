@@ -10,7 +10,7 @@ from jaxdebate.coherence.config import CoherenceConfig
 from jaxdebate.configlib import from_dict, load_config, to_dict
 from jaxdebate.errors import ConfigError, DataError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_config_files_load_with_overrides_and_round_trip():

@@ -9,7 +9,7 @@ import pytest
 from jaxdebate.coherence import arms as A
 from jaxdebate.errors import ConfigError
 
-GSM8K_TRAIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k_train.jsonl"
+GSM8K_TRAIN = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k_train.jsonl"
 SAMPLE = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
     "How many clips did Natalia sell altogether in April and May?",

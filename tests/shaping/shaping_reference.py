@@ -1,6 +1,6 @@
 """Plain Python/NumPy loop reference of DESIGN §4 (reward shaping), written straight from the text.
 
-Used by tests/test_shaping*.py (exact agreement with the jitted strategies) and bench/shaping.py (the
+Used by tests/shaping/ (exact agreement with the jitted strategies) and bench/shaping.py (the
 peer the benchmark measures against). One group at a time, explicit loops over rollouts, agents and
 rounds, float32 arithmetic in the same operation order as the formulas so results match bit for bit
 (team rewards are exact fractions, rounded to float32 once). Readings of the spec chosen here are the

@@ -27,7 +27,7 @@ from jaxdebate.processes import wait_until
 from jaxdebate.sampling.vllm.config import VLLMConfig
 from jaxdebate.sampling.vllm.server import VLLMServer, free_port
 from real_server import REAL_SERVER
-from test_vllm_sampler import QUESTIONS, Reference, assert_matches_reference, greedy, perturb
+from test_client import QUESTIONS, Reference, assert_matches_reference, greedy, perturb
 
 pytestmark = REAL_SERVER
 
@@ -36,7 +36,7 @@ SERVER_START = "tiny:hidden=128,heads=2,kv_heads=1,intermediate=256,tie=false,se
 
 
 def _scaled(source):
-    """A tiny untied Llama whose outputs depend on the prompt (see test_vllm_sampler.model)."""
+    """A tiny untied Llama whose outputs depend on the prompt (see test_client.model)."""
     from jaxdebate.model import load
 
     params, config = load(source)
