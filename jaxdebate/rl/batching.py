@@ -14,9 +14,11 @@ completion and the turn's advantage). Two layouts share one batch format:
 A micro-batch holds, per row, ``tokens``, ``positions``, ``segment_ids`` (0 = padding) and
 ``prefix_ids`` (the segment a token may attend to besides its own), all ``[R, L]``; and in a *loss
 window* ``[R, C]``: ``window_index`` (the row position whose hidden state predicts the target),
-``targets``, ``loss_mask``, ``sampler_logprobs``, ``advantages`` and ``token_weights`` (the
-aggregation over *all* samples of the step). The output head -- the largest matmul of a small model --
-runs only on the window, not over prompts. ``L`` and ``C`` are powers of two from ``min_bucket``
+``targets``, ``loss_mask``, ``sampler_logprobs``, ``advantages``, ``token_weights`` (the
+aggregation over *all* samples of the step) and ``window_sequence`` (which sample of the row the
+token belongs to: 1, 2, ... in window order, 0 = no token; what a per-sequence loss such as GSPO
+reduces by, since a packed row holds several samples). The output head -- the largest matmul of a
+small model -- runs only on the window, not over prompts. ``L`` and ``C`` are powers of two from ``min_bucket``
 (capped at ``max_len``) and ``R`` a power of two or 1.5 times one, so the step compiles a bounded
 number of times.
 """
@@ -181,7 +183,8 @@ def make_microbatches(
     for p in prepared:
         c = len(p.completion)
         p.weight = float(token_weights(np.ones((1, max(c, 1)), bool), aggregation, total_tokens=total_tokens,
-                                       total_sequences=total_sequences)[0, 0]) if c else 0.0
+                                       total_sequences=total_sequences, max_completion=max_completion)[0, 0]
+                         ) if c else 0.0
 
     if packing:
         rows = _rows_first_fit(share_prefixes(prepared, max_len), max_len)
@@ -246,9 +249,10 @@ def _layout(rows: list[list[_Group]], n_rows: int, length: int, window: int, pad
         "sampler_logprobs": np.zeros((n_rows, window), np.float32),
         "advantages": np.zeros((n_rows, window), np.float32),
         "token_weights": np.zeros((n_rows, window), np.float32),
+        "window_sequence": np.zeros((n_rows, window), np.int32),
     }
     for r, groups in enumerate(rows):
-        at, w, seg = 0, 0, 0
+        at, w, seg, seq = 0, 0, 0, 0
         for g in groups:
             seg += 1
             prefix_seg, prefix_at = seg, at
@@ -277,6 +281,8 @@ def _layout(rows: list[list[_Group]], n_rows: int, length: int, window: int, pad
                 out["sampler_logprobs"][r, w:w + c] = m.logprobs
                 out["advantages"][r, w:w + c] = m.advantage
                 out["token_weights"][r, w:w + c] = m.weight
+                seq += int(c > 0)
+                out["window_sequence"][r, w:w + c] = seq
                 at += n
                 w += c
     return out

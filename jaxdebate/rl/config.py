@@ -13,12 +13,20 @@ from jaxdebate.configlib import Section
 class LossConfig(Section):
     """The policy-gradient objective (same for every shaping strategy).
 
-    ``estimator``/``grouping``/``advantage_eps``: advantages from shaped rewards (DESIGN §4).
-    ``clip_eps`` (and ``clip_eps_high``, default = ``clip_eps``): the PPO ratio clip against the
-    learner's own log-probs before the update. ``importance_weight_cap``: the truncated importance
+    ``estimator``/``grouping``/``advantage_eps``: advantages from shaped rewards (DESIGN §4);
+    ``dr_grpo`` subtracts the group mean without dividing by the std. ``per_agent_norm``: each
+    agent's turns of a group form their own group (Dr. MAS; :mod:`jaxdebate.shaping.advantages`).
+    ``policy_loss``: ``ppo_clip`` (the token-level clipped ratio), ``gspo`` (one length-normalised
+    ratio per sequence, clipped per sequence) or ``cispo`` (a clipped, stop-gradient importance weight
+    on every token's log-prob); formulas in :mod:`jaxdebate.rl.losses`. ``clip_eps`` (and
+    ``clip_eps_high``, default = ``clip_eps``): the ratio clip ``[1 - clip_eps, 1 + clip_eps_high]``
+    against the learner's own log-probs before the update (for ``gspo`` on the sequence ratio, for
+    ``cispo`` on the importance weight). ``importance_weight_cap``: the truncated importance
     weight ``min(exp(old_learner - sampler), cap)`` correcting for a lagging sampler. ``beta``: k3 KL
     to the reference policy. ``aggregation``: ``token`` (mean over all completion tokens of the
-    batch) or ``sequence`` (mean over a sequence's tokens, then over sequences). ``ppo_epochs``:
+    batch), ``sequence`` (mean over a sequence's tokens, then over sequences) or ``sequence_sum``
+    (a sequence's token sum over the constant ``sampler.max_new_tokens``, then the mean over
+    sequences: Dr. GRPO's normaliser, so a token's weight does not depend on lengths). ``ppo_epochs``:
     optimiser updates per sampled batch (1 = on-policy GRPO; >1 makes the clip matter).
     ``filter_zero_signal``/``filter_truncated``: drop groups whose shaped rewards are all equal and
     truncated completions. ``truncated_as_wrong``: a turn that hit ``sampler.max_new_tokens`` counts
@@ -27,14 +35,16 @@ class LossConfig(Section):
     """
 
     _name: ClassVar[str] = "loss"
-    estimator: Literal["grpo", "rloo"] = "grpo"
+    estimator: Literal["grpo", "rloo", "dr_grpo"] = "grpo"
     grouping: Literal["prompt", "agent_round"] = "prompt"
+    per_agent_norm: bool = False
     advantage_eps: float = 1e-6
+    policy_loss: Literal["ppo_clip", "gspo", "cispo"] = "ppo_clip"
     clip_eps: float = 0.2
     clip_eps_high: float | None = None
     importance_weight_cap: float = 2.0
     beta: float = 0.03
-    aggregation: Literal["token", "sequence"] = "token"
+    aggregation: Literal["token", "sequence", "sequence_sum"] = "token"
     ppo_epochs: int = 1
     filter_zero_signal: bool = True
     filter_truncated: bool = True

@@ -93,6 +93,8 @@ class Learner:
         return self._lp(self._full(params, base), batch, with_entropy=False)[0]
 
     def _loss(self, params, ref_params, batch, base=None):
+        """The micro-batch's share of the step's loss, ``loss.policy_loss`` choosing the policy-gradient
+        term (:mod:`jaxdebate.rl.losses`; ``gspo`` reduces by the batch's ``window_sequence``)."""
         cfg = self.loss_cfg
         lp, entropy = self._lp(self._full(params, base), batch, with_entropy=True)
         old = batch["old_logprobs"] if "old_logprobs" in batch else jax.lax.stop_gradient(lp)
@@ -103,7 +105,8 @@ class Learner:
         loss, terms = policy_loss(
             lp, old, batch["sampler_logprobs"], ref, batch["advantages"], batch["token_weights"],
             clip_low=cfg.clip_eps, clip_high=cfg.clip_high, is_cap=cfg.importance_weight_cap,
-            beta=cfg.beta,
+            beta=cfg.beta, variant=cfg.policy_loss,
+            sequence_ids=batch["window_sequence"] if cfg.policy_loss == "gspo" else None,
         )
         sums, maxes = metric_sums(
             terms, batch["loss_mask"], old, batch["sampler_logprobs"], jax.lax.stop_gradient(entropy)

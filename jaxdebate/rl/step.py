@@ -34,15 +34,17 @@ class Signal:
 def training_samples(batch: DebateBatch, shaping: ShapingConfig, loss: LossConfig) -> Signal:
     """Per-turn credit (``shape_rewards``) -> group advantages -> filters -> one :class:`Sample` per
     kept turn with a completion. Under ``loss.truncated_as_wrong`` a truncated turn is a wrong
-    answer with no vote before shaping."""
+    answer with no vote before shaping; under ``loss.per_agent_norm`` the advantage groups and the
+    zero-signal filter's groups are split by agent."""
     correct, votes, truncated = batch.correct, batch.votes, batch.truncated()
     if loss.truncated_as_wrong:
         correct, votes = np.where(truncated, 0.0, correct), np.where(truncated, -1, votes)
     credit = shape_rewards(shaping, correct, votes, batch.gold, batch.active)
     advantages = compute_advantages(credit, batch.active, estimator=loss.estimator, grouping=loss.grouping,
-                                    eps=loss.advantage_eps)
+                                    eps=loss.advantage_eps, per_agent=loss.per_agent_norm)
     keep, filters = sample_filter(credit, batch.active, truncated, grouping=loss.grouping,
-                                  drop_zero_signal=loss.filter_zero_signal, drop_truncated=loss.filter_truncated)
+                                  drop_zero_signal=loss.filter_zero_signal, drop_truncated=loss.filter_truncated,
+                                  per_agent=loss.per_agent_norm)
     reward = reward_metrics(correct, credit, team_reward(votes, batch.gold, batch.active), batch.active)
     keep, advantages = np.asarray(keep), np.asarray(advantages)
     samples = [Sample(np.asarray(t.prompt_ids), np.asarray(t.completion_ids), np.asarray(t.logprobs),

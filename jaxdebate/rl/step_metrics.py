@@ -14,6 +14,7 @@ import numpy as np
 
 from jaxdebate.debate.batch import DebateBatch
 from jaxdebate.sampling.base import sampler_metrics
+from jaxdebate.shaping import advantage_metrics
 
 # Keys that vary between otherwise identical runs (wall-clock, what this process has compiled so far).
 NONDETERMINISTIC_PREFIXES = ("time", "time/", "throughput/", "sampler/concurrency", "sampler/compiled_",
@@ -52,6 +53,8 @@ def train_metrics(
     m["train/completion_tokens_mean"] = batch.stats.get("completion_tokens", 0) / turns
     m["sampler/concurrency"] = float(batch.stats.get("mean_in_flight", 0.0))
     m["train/advantage_abs_mean"] = float(np.abs(advantages[active]).mean()) if active.any() else 0.0
+    m.update({f"train/{k}": float(v) for k, v in advantage_metrics(advantages, active).items()})
+    m.update({f"train/{k}": v for k, v in response_lengths(batch).items()})
     m.update({f"learner/{k}": float(v) for k, v in learner.items()})
     m["learner/updated"] = float(updated)
     m.update({f"batch/{k}": float(v) for k, v in layout.items()})
@@ -61,6 +64,29 @@ def train_metrics(
     m["weights/sampler_lag"] = float(step - 1 - oldest)
     m.update(sampler_metrics(sampler_stats, step))
     return m
+
+
+def response_lengths(batch: DebateBatch) -> dict[str, float]:
+    """Mean completion tokens of the played (active) turns per agent and per round:
+    ``completion_tokens/agent_{a}`` and ``completion_tokens/round_{r}`` (0 where none was played).
+    A length that drifts apart between agents or rounds is what a length-sensitive aggregation or a
+    per-round credit is first seen in."""
+    _, _, n_agents, n_rounds = batch.active.shape
+    lengths = np.zeros(batch.active.shape, np.float64)
+    played = np.zeros(batch.active.shape, bool)
+    for t in batch.turns:
+        lengths[t.index] = len(t.completion_ids)
+        played[t.index] = True
+    played &= np.asarray(batch.active, bool)
+
+    def mean(axis: tuple[int, ...]) -> np.ndarray:
+        n = played.sum(axis=axis)
+        return np.where(n > 0, (lengths * played).sum(axis=axis) / np.maximum(n, 1), 0.0)
+
+    per_agent, per_round = mean((0, 1, 3)), mean((0, 1, 2))
+    out = {f"completion_tokens/agent_{a}": float(per_agent[a]) for a in range(n_agents)}
+    out.update({f"completion_tokens/round_{r}": float(per_round[r]) for r in range(n_rounds)})
+    return out
 
 
 def timing_metrics(seconds: Mapping[str, float], *, step_seconds: float, sampled_tokens: float,

@@ -11,7 +11,7 @@ from jaxdebate.shaping.apply import shape_rewards
 from jaxdebate.shaping.config import ShapingConfig
 from jaxdebate.shaping.credit import CREDIT_MODES, apply_credit
 from jaxdebate.shaping.filters import sample_filter
-from jaxdebate.shaping.metrics import reward_metrics
+from jaxdebate.shaping.metrics import advantage_metrics, reward_metrics
 from jaxdebate.shaping.registry import (
     STRATEGIES,
     Group,
@@ -34,6 +34,7 @@ __all__ = [
     "Group",
     "Param",
     "ShapingConfig",
+    "advantage_metrics",
     "apply_credit",
     "compute_advantages",
     "config_names",

@@ -14,9 +14,9 @@ def _safe_ratio(num, den):
     return jnp.where(den > 0, num / jnp.maximum(den, 1), 0.0)
 
 
-@functools.partial(jax.jit, static_argnames=("grouping", "drop_zero_signal", "drop_truncated"))
+@functools.partial(jax.jit, static_argnames=("grouping", "drop_zero_signal", "drop_truncated", "per_agent"))
 def sample_filter(shaped, active, truncated, *, grouping: str, drop_zero_signal: bool = True,
-                  drop_truncated: bool = True):
+                  drop_truncated: bool = True, per_agent: bool = False):
     """(keep bool [B, G, A, R], stats) for the training samples.
 
     A group (see `advantages.GROUPINGS`) has zero signal when all its active members share one
@@ -26,13 +26,15 @@ def sample_filter(shaped, active, truncated, *, grouping: str, drop_zero_signal:
     `zero_advantage_fraction` (zero-signal groups / groups with an active member),
     `truncated_fraction` (truncated / active turns), `kept_fraction` (kept / active turns),
     `n_groups`, `n_active`, `n_kept`. Stats are computed whether or not the filters drop anything.
+    ``per_agent``: the groups are split by agent as in `compute_advantages` (the groups counted are
+    then the per-agent ones), so the turns dropped are exactly those it gives a zero-signal 0.
     """
     shaped = jnp.asarray(shaped, jnp.float32)
     active = jnp.asarray(active, bool)
     truncated = jnp.asarray(truncated, bool) & active
-    axes = group_axes(grouping)
+    axes = group_axes(grouping, per_agent)
     has_member = jnp.any(active, axis=axes, keepdims=True)
-    zero_signal = has_member & zero_signal_groups(shaped, active, grouping)
+    zero_signal = has_member & zero_signal_groups(shaped, active, grouping, per_agent)
     keep = active
     if drop_zero_signal:
         keep = keep & ~zero_signal

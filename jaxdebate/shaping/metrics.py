@@ -1,4 +1,5 @@
-"""Reward metrics for logging: raw vs shaped means overall, per agent, per round; team accuracy."""
+"""Reward metrics for logging: raw vs shaped means overall, per agent, per round; team accuracy; the
+per-agent scale of the advantages."""
 
 from __future__ import annotations
 
@@ -43,4 +44,23 @@ def reward_metrics(correct, shaped, team, active) -> dict[str, jax.Array]:
     per_round_team = _masked_mean(team, round_played, axis=(0, 1))
     for r in range(n_rounds):
         out[f"accuracy/team/round_{r}"] = per_round_team[r]
+    return out
+
+
+@jax.jit
+def advantage_metrics(advantages, active) -> dict[str, jax.Array]:
+    """Per-agent advantage scale over active turns: ``advantage_abs_mean/agent_{a}`` (mean |A|) and
+    ``advantage_std/agent_{a}`` (population std of A) for advantages f32 [B, G, A, R] and active bool
+    [B, G, A, R] (0 for an agent with no active turn). An agent whose advantages are much larger than
+    the others' dominates the update; ``loss.per_agent_norm`` evens this out."""
+    adv = jnp.asarray(advantages, jnp.float32)
+    active = jnp.asarray(active, bool)
+    axes = (0, 1, 3)
+    abs_mean = _masked_mean(jnp.abs(adv), active, axis=axes)
+    mean = _masked_mean(adv, active, axis=axes)
+    var = _masked_mean(jnp.square(adv - mean[:, None]), active, axis=axes)
+    out: dict[str, jax.Array] = {}
+    for a in range(active.shape[-2]):
+        out[f"advantage_abs_mean/agent_{a}"] = abs_mean[a]
+        out[f"advantage_std/agent_{a}"] = jnp.sqrt(var[a])
     return out

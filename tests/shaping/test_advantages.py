@@ -69,7 +69,7 @@ def test_groupings_differ_where_rounds_differ():
 
 def test_unknown_estimator_or_grouping_is_a_config_error():
     shaped, active = _shaped_batch(0)
-    with pytest.raises(ConfigError, match="estimator must be one of grpo, rloo, got 'ppo'"):
+    with pytest.raises(ConfigError, match="estimator must be one of grpo, rloo, dr_grpo, got 'ppo'"):
         compute_advantages(shaped, active, estimator="ppo", grouping="prompt")
     with pytest.raises(ConfigError, match="grouping must be one of prompt, agent_round, got 'agent'"):
         compute_advantages(shaped, active, estimator="grpo", grouping="agent")
