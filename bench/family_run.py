@@ -50,7 +50,10 @@ def cpu_flags() -> str:
 
 
 def run(config: str, overrides: list[str], workdir: Path, *, cold: bool) -> dict:
-    env = dict(os.environ)
+    from jaxdebate import host_memory
+
+    # the environment `python -m jaxdebate.launch` re-executes itself with (the child calls main() directly)
+    env = host_memory.tuned_environ(os.environ) or dict(os.environ)
     if cold:
         env["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="family-run-xla-")
     argv = [sys.executable, "-c", _CHILD, "--config", config, "--workdir", str(workdir),

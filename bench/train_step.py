@@ -8,7 +8,10 @@ Each variant runs in its own subprocess, one after another, so peak RSS is per v
 ``--workload debate`` is a configs/arithmetic step instead (48 turns of unequal lengths whose prompts
 repeat or extend each other): torch pads one batch to the longest sequence, ``jax-fp32`` pads each
 sample to a length bucket, ``jax-fp32-packed`` packs with shared prefixes, ``jax-fp32-packed-lora``
-trains a rank-16 LoRA adapter on q/k/v/o instead of every weight (LoRA-GRPO, ``model.lora``).
+trains a rank-16 LoRA adapter on q/k/v/o instead of every weight (LoRA-GRPO, ``model.lora``), and
+``torch-fp32-packed`` is the like-for-like peer of ``jax-fp32-packed``: torch on the very same packed
+rows (a 4-D block-causal mask with the shared prefixes, the same positions, the output head on the
+completion windows only).
 tokens/s counts sequence tokens (what the samples hold), not the padded or packed positions a side
 computes:
 
@@ -35,7 +38,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("jax-fp32", "jax-fp32-packed", "jax-fp32-packed-lora", "torch-fp32", "jax-bf16", "torch-bf16")
+VARIANTS = ("jax-fp32", "jax-fp32-packed", "jax-fp32-packed-lora", "torch-fp32", "torch-fp32-packed", "jax-bf16",
+            "torch-bf16")
 CLIP, CAP, BETA = 0.2, 2.0, 0.03
 
 
@@ -202,6 +206,85 @@ def run_torch(args) -> dict:
             "computed_tokens": tokens.numel()}
 
 
+def packed_batches(args):
+    """The step's samples packed as ``jax-fp32-packed`` packs them (the micro-batches' numpy arrays)."""
+    from jaxdebate.rl.batching import Sample, make_microbatches
+
+    samples = [Sample(*s) for s in make_samples(args)]
+    max_len = args.length if args.workload == "uniform" else 512
+    return make_microbatches(samples, max_len=max_len, rows_cap=len(samples), max_tokens=args.max_tokens,
+                             aggregation="token", packing=True)
+
+
+def run_torch_packed(args) -> dict:
+    """Torch on our packed rows: what a padding-free torch learner computes for the same step."""
+    import numpy as np
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM.from_pretrained(str(hf_dir()), torch_dtype=torch.float32, attn_implementation="sdpa")
+    ref = LlamaForCausalLM.from_pretrained(str(hf_dir()), torch_dtype=torch.float32, attn_implementation="sdpa").eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.0)
+    mbs, stats = packed_batches(args)
+
+    def tensors(mb):
+        seg, pre = torch.from_numpy(mb["segment_ids"]), torch.from_numpy(mb["prefix_ids"])
+        n = seg.shape[1]
+        visible = (seg[:, None, :] == seg[:, :, None]) | (seg[:, None, :] == pre[:, :, None])
+        mask = torch.tril(torch.ones(n, n, dtype=torch.bool))[None] & visible & (seg[:, None, :] > 0)
+        mask |= torch.eye(n, dtype=torch.bool)[None]  # padding rows see themselves (no all-masked softmax)
+        as_long = {k: torch.from_numpy(mb[k].astype(np.int64)) for k in ("tokens", "positions", "window_index", "targets")}
+        floats = {k: torch.from_numpy(mb[k]) for k in ("sampler_logprobs", "advantages", "token_weights")}
+        return {**as_long, **floats, "mask": mask[:, None], "loss_mask": torch.from_numpy(mb["loss_mask"])}
+
+    batches = [tensors(mb) for mb in mbs]
+
+    def token_lp(m, b, with_entropy):
+        hidden = m.model(input_ids=b["tokens"], attention_mask=b["mask"], position_ids=b["positions"]).last_hidden_state
+        h = hidden.gather(1, b["window_index"][..., None].expand(-1, -1, hidden.shape[-1]))
+        logp = torch.log_softmax(m.lm_head(h).float(), dim=-1)
+        lp = logp.gather(-1, b["targets"][..., None]).squeeze(-1)
+        return lp, (-(logp.exp() * logp).sum(-1) if with_entropy else None)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for b in batches:
+            with torch.no_grad():
+                ref_lp, _ = token_lp(ref, b, False)
+            lp, ent = token_lp(model, b, True)
+            old, adv, smp = lp.detach(), b["advantages"], b["sampler_logprobs"]
+            ratio = torch.exp(lp - old)
+            pg = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - CLIP, 1 + CLIP) * adv)
+            w = torch.clamp(torch.exp(old - smp), max=CAP)
+            log_r = ref_lp - lp
+            kl = torch.exp(log_r) - log_r - 1
+            loss = (b["token_weights"] * torch.where(b["loss_mask"], w * pg + BETA * kl, 0.0)).sum()
+            loss.backward()
+            total += float(loss)
+            _ = float((ent.detach() * b["loss_mask"]).sum())
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return total
+
+    base = rss_gb()
+    t0 = time.perf_counter()
+    loss = step()
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        loss = step()
+        times.append(time.perf_counter() - t0)
+    return {"first_step_s": first, "step_s": float(np.median(times)), "loss": loss,
+            "rss_after_load_gb": base, "peak_rss_gb": rss_gb(), "threads": torch.get_num_threads(),
+            "computed_tokens": stats["padded_tokens"]}
+
+
 # ------------------------------------------------------------------------------------ trainer step
 
 
@@ -250,17 +333,29 @@ def main() -> None:
     parser.add_argument("--trainer-step", action="store_true")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--set", nargs="*", default=[], help="extra overrides for --trainer-step")
+    parser.add_argument("--host-memory", default="launcher", choices=("launcher", "default"),
+                        help="launcher: every variant (jax and torch alike) runs with the glibc tunables the "
+                             "launcher gives a training process (jaxdebate.host_memory); default: glibc's own")
     args = parser.parse_args()
 
     if args.trainer_step:
         trainer_step(args)
         return
     if args.variant:
-        result = (run_jax if args.variant.startswith("jax") else run_torch)(args)
+        runner = run_jax if args.variant.startswith("jax") else run_torch_packed if args.variant.endswith("packed") else run_torch
+        result = runner(args)
         print("RESULT " + json.dumps(result), flush=True)
         return
 
     hf_dir()  # export once, before any timed child
+    from jaxdebate import host_memory
+
+    env = dict(os.environ)
+    if args.host_memory == "launcher":
+        env = host_memory.tuned_environ(env) or env
+    else:
+        env.pop("GLIBC_TUNABLES", None)
+    print(f"host memory (every variant): {host_memory.describe(env)}", flush=True)
     tokens = sequence_tokens(make_samples(args))
     print(f"workload {args.workload}: {len(make_samples(args))} samples, {tokens} sequence tokens", flush=True)
     results = {}
@@ -268,7 +363,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--variant", variant, "--batch", str(args.batch), "--length",
                str(args.length), "--prompt", str(args.prompt), "--steps", str(args.steps), "--remat", args.remat,
                "--workload", args.workload, "--max-tokens", str(args.max_tokens), "--prompts", str(args.prompts)]
-        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ))
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
         lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
         if out.returncode or not lines:
             print(f"{variant} failed:\n{out.stderr[-3000:]}", file=sys.stderr)
@@ -288,6 +383,9 @@ def main() -> None:
     if full and lora:
         print(f"LoRA-GRPO (rank 16, q/k/v/o) vs full fine-tuning, packed fp32: step time "
               f"{lora['step_s'] / full['step_s']:.2f}x, peak RSS {lora['peak_rss_gb'] / full['peak_rss_gb']:.2f}x")
+    ours, peer = results.get("jax-fp32-packed"), results.get("torch-fp32-packed")
+    if ours and peer:
+        print(f"packed, like for like (both on the same packed rows): ours/torch = {peer['step_s'] / ours['step_s']:.2f}x")
     ours = [results[v] for v in ("jax-fp32", "jax-fp32-packed") if v in results]
     if ours and "torch-fp32" in results:
         best = min(ours, key=lambda r: r["step_s"])

@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from jaxdebate import distributed
+from jaxdebate import distributed, host_memory
 from jaxdebate.errors import ConfigError, JaxDebateError, RunError
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         from jaxdebate.train import train as run_training
 
         enable_compilation_cache()
+        print(f"[jaxdebate] host memory: {host_memory.describe()}", file=sys.stderr)
         if group is not None:
             distributed.initialize(group)
             print(f"[jaxdebate] process {group.process_id} of {group.num_processes} ({group.source})",
@@ -154,4 +155,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    host_memory.reexec_with_tuned_malloc()  # before any work: glibc reads its tunables at start-up
     sys.exit(main())

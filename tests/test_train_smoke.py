@@ -37,6 +37,8 @@ def test_smoke_run_via_cli(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "finished at step 4" in out.stderr
+    # the launcher re-executed itself once with glibc's huge-page tunable (host_memory)
+    assert out.stderr.count("host memory: GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (transparent huge pages:") == 1
     # compiled programs persist for the next run (how many pass JAX's minimum compile time varies by
     # machine: 3 on a clean AVX-512 run, more on slower CPUs)
     cached = [p.name for p in (tmp_path / "cache" / "xla").iterdir()]

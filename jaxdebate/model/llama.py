@@ -178,18 +178,47 @@ class Attention(nn.Module):
             cache = {**cache, "k": ck, "v": cv}
             k = jax.lax.dynamic_index_in_dim(ck, layer, 0, keepdims=False).astype(dt)
             v = jax.lax.dynamic_index_in_dim(cv, layer, 0, keepdims=False).astype(dt)
-        out = _attend_one(q, k, v, mask) if t == 1 else _attend(q, k, v, mask)
+        if t == 1:
+            out = _attend_one(q, k, v, mask)
+        else:
+            out = _attend(q, k, v, mask, causal_blocks(t, k.shape[2], cache is not None)).transpose(0, 3, 1, 2, 4)
         return _dense(cfg.hidden_size, dt, "o_proj")(out.astype(dt).reshape(b, t, h * hd)), cache
 
 
-@jax.custom_vjp
-def _attend(q, k, v, mask):
-    """Softmax attention: ``q [B, KV, G, T, hd]`` over ``k``/``v [B, KV, S, hd]`` under ``mask
-    [B, T, S]``, scores in float32; returns ``[B, T, KV, G, hd]`` (float32).
+def causal_blocks(t: int, s: int, cached: bool) -> int:
+    """How many query blocks :func:`_attend` splits ``t`` queries into: block ``i`` sees only the
+    first ``(i + 1) * t / blocks`` keys, which is exact when no query attends to a later position
+    (always so without a cache: every mask :func:`forward` builds is causal). 1 = no split."""
+    if cached or t != s:
+        return 1
+    for size in ATTENTION_BLOCKS:
+        if t % size == 0 and t >= 2 * size:
+            return t // size
+    return 1
 
-    The VJP is written out (the softmax's probabilities are its residual, as autodiff's would be):
-    XLA:CPU runs it faster than the derived VJP (bench/README "train_step")."""
-    return _attend_fwd(q, k, v, mask)[0]
+
+# query block sizes tried in order; the first that divides T in at least 2 blocks is used (T is a
+# power-of-two bucket in the learner)
+ATTENTION_BLOCKS = (128,)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _attend(q, k, v, mask, blocks: int = 1):
+    """Softmax attention: ``q [B, KV, G, T, hd]`` over ``k``/``v [B, KV, S, hd]`` under ``mask
+    [B, T, S]``, scores in float32; returns ``[B, KV, G, T, hd]`` (float32).
+
+    ``blocks > 1`` (:func:`causal_blocks`): the queries are split into that many blocks and block
+    ``i`` attends to the first ``(i + 1) * T / blocks`` keys only, skipping the key blocks a causal
+    mask hides (3/8 of the scores at 4 blocks). The VJP is written out (the softmax's probabilities
+    are its residual, as autodiff's would be): XLA:CPU runs it faster than the derived VJP (bench/README
+    "train_step"). A query with no visible key (padding) gets an arbitrary finite output."""
+    return _attend_fwd(q, k, v, mask, blocks)[0]
+
+
+def _query_blocks(t: int, blocks: int):
+    """``(query slice, visible key count)`` of each block."""
+    size = t // blocks
+    return [(slice(i * size, (i + 1) * size), (i + 1) * size) for i in range(blocks)]
 
 
 def _attend_probs(q, k, mask):
@@ -197,20 +226,29 @@ def _attend_probs(q, k, mask):
     return jax.nn.softmax(jnp.where(mask[:, None, None], scores, jnp.finfo(F32).min), axis=-1)
 
 
-def _attend_fwd(q, k, v, mask):
-    probs = _attend_probs(q, k, mask)
-    out = jnp.einsum("bkgts,bksd->btkgd", probs.astype(v.dtype), v, preferred_element_type=F32)
-    return out, (q, k, v, probs, mask)
+def _attend_fwd(q, k, v, mask, blocks=1):
+    probs, outs = [], []
+    for rows, n in _query_blocks(q.shape[3], blocks):
+        p = _attend_probs(q[:, :, :, rows], k[:, :, :n], mask[:, rows, :n])
+        outs.append(jnp.einsum("bkgts,bksd->bkgtd", p.astype(v.dtype), v[:, :, :n], preferred_element_type=F32))
+        probs.append(p)
+    out = outs[0] if blocks == 1 else jnp.concatenate(outs, axis=3)
+    return out, (q, k, v, tuple(probs), mask)
 
 
-def _attend_bwd(residuals, d_out):
+def _attend_bwd(blocks, residuals, d_out):
     q, k, v, probs, mask = residuals
-    d_v = jnp.einsum("bkgts,btkgd->bksd", probs, d_out, preferred_element_type=F32)
-    d_probs = jnp.einsum("btkgd,bksd->bkgts", d_out, v, preferred_element_type=F32)
-    d_scores = probs * (d_probs - jnp.sum(d_probs * probs, axis=-1, keepdims=True))
-    d_scores = jnp.where(mask[:, None, None], d_scores, 0.0)  # masked scores were constants
-    d_q = jnp.einsum("bkgts,bksd->bkgtd", d_scores, k, preferred_element_type=F32)
-    d_k = jnp.einsum("bkgts,bkgtd->bksd", d_scores, q, preferred_element_type=F32)
+    d_q, d_k, d_v = [], jnp.zeros(k.shape, F32), jnp.zeros(v.shape, F32)
+    for (rows, n), p in zip(_query_blocks(q.shape[3], blocks), probs):
+        g = d_out[:, :, :, rows]
+        d_v = d_v.at[:, :, :n].add(jnp.einsum("bkgts,bkgtd->bksd", p, g, preferred_element_type=F32))
+        d_probs = jnp.einsum("bkgtd,bksd->bkgts", g, v[:, :, :n], preferred_element_type=F32)
+        d_scores = p * (d_probs - jnp.sum(d_probs * p, axis=-1, keepdims=True))
+        d_scores = jnp.where(mask[:, rows, :n][:, None, None], d_scores, 0.0)  # masked scores were constants
+        d_q.append(jnp.einsum("bkgts,bksd->bkgtd", d_scores, k[:, :, :n], preferred_element_type=F32))
+        d_k = d_k.at[:, :, :n].add(jnp.einsum("bkgts,bkgtd->bksd", d_scores, q[:, :, :, rows],
+                                              preferred_element_type=F32))
+    d_q = d_q[0] if blocks == 1 else jnp.concatenate(d_q, axis=3)
     return d_q.astype(q.dtype), d_k.astype(k.dtype), d_v.astype(v.dtype), None
 
 

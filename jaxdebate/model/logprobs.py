@@ -1,6 +1,7 @@
 """Per-token log-probabilities (and entropies) of given sequences, without ever materialising the full
 ``[B, T, V]`` logits: the output head runs over chunks of tokens in a scan whose body is rematerialised,
-so neither the forward nor the backward pass holds more than one chunk of logits."""
+so neither the forward nor the backward pass holds more than one chunk of logits at a time, unless all
+chunks together fit in ``KEEP_LOGITS_BYTES``, when the backward pass reuses them."""
 
 from __future__ import annotations
 
@@ -8,16 +9,20 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from jaxdebate.model.config import LlamaConfig
 from jaxdebate.model.llama import F32, Params, forward, head_logits
 
 DEFAULT_CHUNK = 1024
+# Up to this many bytes of float32 logits (all chunks of one call) are kept for the backward pass
+# instead of recomputed: 1 GiB is ~5,400 tokens of a 49,152-token vocabulary.
+KEEP_LOGITS_BYTES = 1 << 30
 
 
 def _chunk_stats(params, config, hidden, targets, temperature, with_entropy):
     """log p(target) and entropy for one chunk of hidden states ``[C, D]`` / targets ``[C]``."""
-    scaled = head_logits(params, config, hidden) / temperature
+    scaled = checkpoint_name(head_logits(params, config, hidden) / temperature, "chunk_logits")
     lse = jax.nn.logsumexp(scaled, axis=-1)
     # a one-hot select rather than a gather: its gradient is element-wise (fuses), not a scatter
     hit = jnp.arange(scaled.shape[-1], dtype=jnp.int32)[None, :] == targets[:, None]
@@ -53,7 +58,12 @@ def hidden_logprobs(
     y = jnp.pad(y, (0, pad)).reshape(n_chunks, chunk)
     temperature = jnp.asarray(temperature, F32)
 
-    @functools.partial(jax.checkpoint, prevent_cse=False)
+    # The backward pass recomputes a chunk's forward; when every chunk's logits fit in
+    # KEEP_LOGITS_BYTES they are kept instead, which saves the head's largest matmul once per chunk.
+    keep = n_chunks * chunk * config.vocab_size * 4 <= KEEP_LOGITS_BYTES
+    policy = jax.checkpoint_policies.save_only_these_names("chunk_logits") if keep else None
+
+    @functools.partial(jax.checkpoint, prevent_cse=False, policy=policy)
     def body(carry, xs):
         hc, yc = xs
         return carry, _chunk_stats(params, config, hc, yc, temperature, with_entropy)

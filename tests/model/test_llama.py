@@ -14,6 +14,7 @@ from jaxdebate.model import (
     LlamaConfig,
     forward,
     head_logits,
+    hidden_logprobs,
     init_cache,
     load,
     logits,
@@ -110,29 +111,49 @@ def test_dense_matmul_vjp_equals_autodiff_of_the_plain_contraction(dtype, tol):
     assert grads.shape == w.shape and bool(jnp.all(jnp.isfinite(grads.astype(jnp.float32))))
 
 
-def test_attention_vjp_equals_autodiff_of_the_plain_softmax_attention():
+@pytest.mark.parametrize("t,blocks", [(9, 1), (16, 1), (16, 2), (16, 4)])
+def test_attention_vjp_equals_autodiff_of_the_plain_softmax_attention(t, blocks):
     """The attention core's hand-written VJP gives autodiff's gradients, padding queries (rows whose
-    every key is masked) and masked keys included."""
+    every key is masked), masked keys and packed segments included; split into causal query blocks
+    (each block sees only the keys up to its end) it gives the same values and gradients."""
     from jaxdebate.model.llama import _attend
 
-    b, kv, g, t, hd = 2, 2, 3, 9, 8
+    b, kv, g, hd = 3, 2, 3, 8
     keys = jax.random.split(jax.random.key(3), 4)
     q = jax.random.normal(keys[0], (b, kv, g, t, hd))
     k, v = (jax.random.normal(key, (b, kv, t, hd)) for key in keys[1:3])
-    cot = jax.random.normal(keys[3], (b, t, kv, g, hd))
+    cot = jax.random.normal(keys[3], (b, kv, g, t, hd))
     mask = np.tril(np.ones((t, t), bool))[None].repeat(b, 0)
     mask[0, :, 5:] = False   # keys 5.. of row 0 are padding
     mask[1, 7:, :] = False   # queries 7.. of row 1 are padding (no visible key)
+    seg = np.repeat([1, 2, 3], -(-t // 3))[:t]  # row 2: three packed sequences
+    mask[2] &= seg[:, None] == seg[None, :]
 
     def plain(q, k, v):
         scores = jnp.einsum("bkgtd,bksd->bkgts", q, k)
         probs = jax.nn.softmax(jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min), axis=-1)
-        return jnp.einsum("bkgts,bksd->btkgd", probs, v)
+        return jnp.einsum("bkgts,bksd->bkgtd", probs, v)
 
-    (out, vjp), (ref, ref_vjp) = jax.vjp(lambda *a: _attend(*a, mask), q, k, v), jax.vjp(plain, q, k, v)
-    np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=1e-5, atol=1e-6)
+    # a query with no visible key (padding) gets an arbitrary finite output that nothing reads: it is
+    # compared only for finiteness, and the loss never sends it a gradient
+    seen = mask.any(-1)[:, None, None, :, None]
+    cot = jnp.where(seen, cot, 0.0)
+    (out, vjp), (ref, ref_vjp) = jax.vjp(lambda *a: _attend(*a, mask, blocks), q, k, v), jax.vjp(plain, q, k, v)
+    assert bool(jnp.all(jnp.isfinite(out)))
+    np.testing.assert_allclose(np.asarray(jnp.where(seen, out, 0)), np.asarray(jnp.where(seen, ref, 0)), rtol=1e-5, atol=1e-6)
     for a, b_ in zip(vjp(cot), ref_vjp(cot)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b_), rtol=1e-5, atol=1e-5)
+
+
+def test_causal_blocks_split_only_uncached_square_attention():
+    from jaxdebate.model.llama import causal_blocks
+
+    assert causal_blocks(512, 512, cached=False) == 4
+    assert causal_blocks(1024, 1024, cached=False) == 8
+    assert causal_blocks(128, 128, cached=False) == 1   # one block of 128: nothing to skip
+    assert causal_blocks(512, 512, cached=True) == 1    # a cache's slots need not be causal in index
+    assert causal_blocks(512, 640, cached=False) == 1
+    assert causal_blocks(320, 320, cached=False) == 1   # not a multiple of the block size
 
 
 def test_left_padded_batch_equals_each_prompt_alone(tiny_model):
@@ -190,10 +211,14 @@ def test_token_logprobs_gradient_equals_full_logits_gradient(tiny_model):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-4)
 
 
-def test_token_logprobs_never_materialise_full_logits(tiny_model):
+def test_token_logprobs_never_materialise_full_logits(tiny_model, monkeypatch):
     """Scratch memory scales with the chunk, not with ``[B, T, V]``: XLA's temp buffers for the
     forward and the backward stay a small fraction of the full fp32 logits (16 chunks here; a
-    materialised head would need at least ``full_bytes`` on its own)."""
+    materialised head would need at least ``full_bytes`` on its own) once the logits exceed what
+    the backward pass may keep."""
+    from jaxdebate.model import logprobs as logprobs_module
+
+    monkeypatch.setattr(logprobs_module, "KEEP_LOGITS_BYTES", 0)
     params, config = tiny_model
     b, t, chunk = 8, 128, 32
     full_bytes = b * t * config.vocab_size * 4
@@ -207,6 +232,24 @@ def test_token_logprobs_never_materialise_full_logits(tiny_model):
     backward_temp = jax.jit(jax.grad(loss)).lower(params).compile().memory_analysis().temp_size_in_bytes
     assert forward_temp < full_bytes / 4, (forward_temp, full_bytes)
     assert backward_temp < full_bytes / 2, (backward_temp, full_bytes)
+
+
+def test_kept_logits_give_the_rematerialised_gradients(tiny_model, monkeypatch):
+    """The backward pass that reuses the chunks' logits equals the one that recomputes them."""
+    from jaxdebate.model import logprobs as logprobs_module
+
+    params, config = tiny_model
+    ids = jnp.asarray(np.random.RandomState(4).randint(0, config.vocab_size, (2, 40)), jnp.int32)
+
+    def grads():
+        loss = lambda p: hidden_logprobs(p, config, forward(p, config, ids)[0], ids, chunk_size=16)[0].sum()  # noqa: E731
+        return jax.jit(jax.value_and_grad(loss))(params)
+
+    kept = grads()
+    monkeypatch.setattr(logprobs_module, "KEEP_LOGITS_BYTES", 0)
+    recomputed = grads()
+    for a, b in zip(jax.tree.leaves(kept), jax.tree.leaves(recomputed)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
 
 
 def test_kv_cache_forward_equals_full_forward(tiny_model):
