@@ -215,8 +215,10 @@ def _attend(q, k, v, mask, blocks: int = 1):
     return _attend_fwd(q, k, v, mask, blocks)[0]
 
 
-def _query_blocks(t: int, blocks: int):
-    """``(query slice, visible key count)`` of each block."""
+def _query_blocks(t: int, s: int, blocks: int):
+    """``(query slice, visible key count)`` of each block (one block: all ``t`` queries, all ``s`` keys)."""
+    if blocks == 1:
+        return [(slice(0, t), s)]
     size = t // blocks
     return [(slice(i * size, (i + 1) * size), (i + 1) * size) for i in range(blocks)]
 
@@ -228,7 +230,7 @@ def _attend_probs(q, k, mask):
 
 def _attend_fwd(q, k, v, mask, blocks=1):
     probs, outs = [], []
-    for rows, n in _query_blocks(q.shape[3], blocks):
+    for rows, n in _query_blocks(q.shape[3], k.shape[2], blocks):
         p = _attend_probs(q[:, :, :, rows], k[:, :, :n], mask[:, rows, :n])
         outs.append(jnp.einsum("bkgts,bksd->bkgtd", p.astype(v.dtype), v[:, :, :n], preferred_element_type=F32))
         probs.append(p)
@@ -239,7 +241,7 @@ def _attend_fwd(q, k, v, mask, blocks=1):
 def _attend_bwd(blocks, residuals, d_out):
     q, k, v, probs, mask = residuals
     d_q, d_k, d_v = [], jnp.zeros(k.shape, F32), jnp.zeros(v.shape, F32)
-    for (rows, n), p in zip(_query_blocks(q.shape[3], blocks), probs):
+    for (rows, n), p in zip(_query_blocks(q.shape[3], k.shape[2], blocks), probs):
         g = d_out[:, :, :, rows]
         d_v = d_v.at[:, :, :n].add(jnp.einsum("bkgts,bkgtd->bksd", p, g, preferred_element_type=F32))
         d_probs = jnp.einsum("bkgtd,bksd->bkgts", g, v[:, :, :n], preferred_element_type=F32)

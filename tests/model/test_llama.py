@@ -252,6 +252,20 @@ def test_kept_logits_give_the_rematerialised_gradients(tiny_model, monkeypatch):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
 
 
+def test_kv_cache_extended_by_several_tokens_equals_full_forward(tiny_model):
+    """A prompt written into a cache in two pieces (the second attends to the first's slots, as the
+    sampler's shared prompt heads do) gives the uncached forward's logits."""
+    params, config = tiny_model
+    ids = np.random.RandomState(8).randint(0, config.vocab_size, (2, 12))
+    expected = np.asarray(logits(params, config, ids))
+    step = jax.jit(forward, static_argnums=1)
+    cache = init_cache(config, 2, 16)
+    ones = lambda n: np.ones((2, n), bool)  # noqa: E731
+    _, cache = step(params, config, ids[:, :5], np.arange(5)[None].repeat(2, 0), ones(5), cache)
+    h, cache = step(params, config, ids[:, 5:], np.arange(5, 12)[None].repeat(2, 0), ones(7), cache)
+    np.testing.assert_allclose(np.asarray(head_logits(params, config, h)), expected[:, 5:], atol=2e-5)
+
+
 def test_kv_cache_forward_equals_full_forward(tiny_model):
     params, config = tiny_model
     ids, mask = _left_padded(np.random.RandomState(6), config.vocab_size, [9, 4], 9)
