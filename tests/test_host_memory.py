@@ -4,11 +4,17 @@ a re-executed process keeps its pid, arguments and the tunable in its environmen
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from jaxdebate import host_memory
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux" or platform.libc_ver()[0] != "glibc",
+                                reason="glibc's malloc tunables exist only on glibc Linux")
 
 
 def test_tuned_environ_adds_the_tunable_once_and_keeps_the_users():
