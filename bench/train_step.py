@@ -136,6 +136,36 @@ def run_jax(args) -> dict:
 # ------------------------------------------------------------------------------------------- torch
 
 
+def timed_torch_steps(step, args, *, computed_tokens) -> dict:
+    """A torch variant's result: ``step()`` once (the first step), then the median of ``--steps`` more."""
+    import numpy as np
+    import torch
+
+    base = rss_gb()
+    t0 = time.perf_counter()
+    loss = step()
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        loss = step()
+        times.append(time.perf_counter() - t0)
+    return {"first_step_s": first, "step_s": float(np.median(times)), "loss": loss,
+            "rss_after_load_gb": base, "peak_rss_gb": rss_gb(), "threads": torch.get_num_threads(),
+            "computed_tokens": computed_tokens}
+
+
+def torch_token_loss(lp, old, smp, ref_lp, adv):
+    """The same per-token loss as ours: clipped ratio x truncated importance weight + beta x k3 KL."""
+    import torch
+
+    ratio = torch.exp(lp - old)
+    pg = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - CLIP, 1 + CLIP) * adv)
+    w = torch.clamp(torch.exp(old - smp), max=CAP)
+    log_r = ref_lp - lp
+    return w * pg + BETA * (torch.exp(log_r) - log_r - 1)
+
+
 def run_torch(args) -> dict:
     import numpy as np
     import torch
@@ -179,31 +209,14 @@ def run_torch(args) -> dict:
         with torch.no_grad():
             ref_lp, _ = token_lp(ref, False)
         lp, ent = token_lp(model, True)
-        old = lp.detach()
-        ratio = torch.exp(lp - old)
-        pg = -torch.minimum(ratio * adv_t, torch.clamp(ratio, 1 - CLIP, 1 + CLIP) * adv_t)
-        w = torch.clamp(torch.exp(old - smp), max=CAP)
-        log_r = ref_lp - lp
-        kl = torch.exp(log_r) - log_r - 1
-        loss = ((w * pg + BETA * kl) * mask).sum() / mask.sum()
+        loss = (torch_token_loss(lp, lp.detach(), smp, ref_lp, adv_t) * mask).sum() / mask.sum()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         _ = float((ent.detach() * mask).sum() / mask.sum())
         return float(loss)
 
-    base = rss_gb()
-    t0 = time.perf_counter()
-    loss = step()
-    first = time.perf_counter() - t0
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        loss = step()
-        times.append(time.perf_counter() - t0)
-    return {"first_step_s": first, "step_s": float(np.median(times)), "loss": loss,
-            "rss_after_load_gb": base, "peak_rss_gb": rss_gb(), "threads": torch.get_num_threads(),
-            "computed_tokens": tokens.numel()}
+    return timed_torch_steps(step, args, computed_tokens=tokens.numel())
 
 
 def packed_batches(args):
@@ -257,13 +270,8 @@ def run_torch_packed(args) -> dict:
             with torch.no_grad():
                 ref_lp, _ = token_lp(ref, b, False)
             lp, ent = token_lp(model, b, True)
-            old, adv, smp = lp.detach(), b["advantages"], b["sampler_logprobs"]
-            ratio = torch.exp(lp - old)
-            pg = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - CLIP, 1 + CLIP) * adv)
-            w = torch.clamp(torch.exp(old - smp), max=CAP)
-            log_r = ref_lp - lp
-            kl = torch.exp(log_r) - log_r - 1
-            loss = (b["token_weights"] * torch.where(b["loss_mask"], w * pg + BETA * kl, 0.0)).sum()
+            per_token = torch_token_loss(lp, lp.detach(), b["sampler_logprobs"], ref_lp, b["advantages"])
+            loss = (b["token_weights"] * torch.where(b["loss_mask"], per_token, 0.0)).sum()
             loss.backward()
             total += float(loss)
             _ = float((ent.detach() * b["loss_mask"]).sum())
@@ -271,18 +279,7 @@ def run_torch_packed(args) -> dict:
         opt.step()
         return total
 
-    base = rss_gb()
-    t0 = time.perf_counter()
-    loss = step()
-    first = time.perf_counter() - t0
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        loss = step()
-        times.append(time.perf_counter() - t0)
-    return {"first_step_s": first, "step_s": float(np.median(times)), "loss": loss,
-            "rss_after_load_gb": base, "peak_rss_gb": rss_gb(), "threads": torch.get_num_threads(),
-            "computed_tokens": stats["padded_tokens"]}
+    return timed_torch_steps(step, args, computed_tokens=stats["padded_tokens"])
 
 
 # ------------------------------------------------------------------------------------ trainer step
