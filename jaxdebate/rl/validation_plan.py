@@ -8,6 +8,8 @@ validation, the ``data.transfer`` set. Every validation writes ``WORKDIR/validat
 Step 0 validates the base model, which is the same computation in every run of a sweep that shares
 the model, the items, the debate protocol, the sampling settings and the code: its metrics and
 rows are cached under ``$JAXDEBATE_CACHE/validation/<key>.json`` and reused (``val/cached`` = 1).
+Within a step, a greedy request the step's sets repeat is decoded once (:mod:`jaxdebate.sampling.memo`;
+``val/reused_completions`` counts the completions answered from memory).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from jaxdebate.data import Item
 from jaxdebate.rl.validation import item_rows, validate
 from jaxdebate.sampling.base import SamplingParams
 from jaxdebate.sampling.hardware import bf16_flags
+from jaxdebate.sampling.memo import memoize_greedy
 
 ROWS_DIR = "validation"
 _SOURCE = Path(__file__).resolve().parents[1]  # the jaxdebate package: its code is part of the key
@@ -126,13 +129,17 @@ def run(step: int, config, sampler, tokenizer, grader, val_items: Sequence[Item]
             return {**cached[0], "val/cached": 1.0}
     metrics: dict[str, float] = {}
     rows: list[dict[str, Any]] = []
-    for vset in sets:
-        items = [it.with_env(vset.env) for it in vset.items] if vset.env else list(vset.items)
-        found, batches = validate(sampler, tokenizer, items, debate=config.debate, sampling=sampling, grader=grader,
-                                  env_name_remap=vset.remap, batch_size=config.training.eval_batch_size,
-                                  seed=config.training.seed + 7919)
-        metrics.update({f"{vset.prefix}{k}": v for k, v in found.items()})
-        rows += item_rows(batches, set_name=vset.set_name, mode=vset.mode)
+    # greedy validation repeats itself (the debate's first round is the single-agent prompt): one memo
+    # for the step's sets decodes each greedy request once
+    with memoize_greedy(sampler) as memo:
+        for vset in sets:
+            items = [it.with_env(vset.env) for it in vset.items] if vset.env else list(vset.items)
+            found, batches = validate(memo, tokenizer, items, debate=config.debate, sampling=sampling,
+                                      grader=grader, env_name_remap=vset.remap,
+                                      batch_size=config.training.eval_batch_size, seed=config.training.seed + 7919)
+            metrics.update({f"{vset.prefix}{k}": v for k, v in found.items()})
+            rows += item_rows(batches, set_name=vset.set_name, mode=vset.mode)
+        metrics["val/reused_completions"] = float(memo.hits)
     write_rows(workdir, step, rows)
     if key is not None:
         store(key, metrics, rows)

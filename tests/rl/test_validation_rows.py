@@ -44,6 +44,9 @@ def test_every_validation_writes_item_rows_and_step_0_is_reused(tmp_path, monkey
         # the rows and the logged metrics are one computation
         assert np.mean([r["correct_final"] for r in debate]) == record["val/debate/accuracy/debate"]
         assert np.mean([r["correct"][0][0] for r in single]) == record["val/single/accuracy"]
+        # the debate's greedy first round asks the single-agent prompts: answered from the step's memo
+        assert record["val/reused_completions"] == len(single)
+        assert [r["answers"][0][0] for r in debate] == [r["answers"][0][0] for r in single]
     assert "val/cached" not in records[0]
 
     # a second run of the same model, items, protocol and code reuses step 0 instead of recomputing it

@@ -531,3 +531,26 @@ def test_close_stops_every_server_process(sampler):
     assert not sync_dir.exists()
     with pytest.raises(SamplerError, match="closed"):
         sampler.generate([[1, 2]], SamplingParams())
+
+
+def test_greedy_memo_streams_and_answers_repeats_once(sampler, model, prompts, ref):
+    """The validation's greedy memo over the streaming server: a repeat submitted while its first
+    request is in flight, and one submitted after it finished, get the server's answer on futures of
+    their own (the protocol keys its in-flight requests by future)."""
+    from jaxdebate.sampling.base import StreamingSampler
+    from jaxdebate.sampling.memo import memoize_greedy
+
+    sampler.update_weights(model[0], 0)
+    sp = SamplingParams(temperature=0.0, max_tokens=GREEDY_TOKENS)
+    with memoize_greedy(sampler) as memo:
+        assert isinstance(memo, StreamingSampler)
+        first, repeat = memo.submit(prompts[0], sp), memo.submit(prompts[0], sp)
+        assert first is not repeat
+        tokens, _ = ref.greedy(model[0], prompts[:1])
+        assert [c.token_ids for c in first.result(timeout=300)] == [tuple(tokens[0])]
+        assert [c.token_ids for c in repeat.result(timeout=300)] == [tuple(tokens[0])]
+        later = memo.submit(prompts[0], sp)
+        assert later.done() and [c.token_ids for c in later.result()] == [tuple(tokens[0])]
+        assert (memo.misses, memo.hits) == (1, 2)
+        sampled = memo.submit(prompts[1], SamplingParams(temperature=1.0, max_tokens=4, seed=3))
+        assert len(sampled.result(timeout=300)) == 1 and (memo.misses, memo.hits) == (1, 2)
