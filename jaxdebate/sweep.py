@@ -16,21 +16,27 @@ import shlex
 import signal
 import subprocess
 import sys
+import resource
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from jaxdebate.analysis import aligned_table, final_metrics
 from jaxdebate.config import LaunchConfig
 from jaxdebate.configlib import apply_overrides, load_config, to_dict
 from jaxdebate.errors import ConfigError
 from jaxdebate.processes import pid_alive
+from jaxdebate.sampling.hardware import simd_flags
 from jaxdebate.shaping import config_names
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXECUTORS = ("local", "submitit_local", "slurm")
 RUN_FILE = "run.json"
+ORDERS = ("blocked", "configs")
+_ORDER_STREAM = 20271125  # separates the block-order draws from every other use of a training seed
 EXIT_OK, EXIT_INTERRUPTED = 0, 130  # python -m jaxdebate.launch: finished / interrupted (checkpointed)
 
 
@@ -93,12 +99,19 @@ def plan_runs(
     base: str | Path | None = None,
     overrides: Sequence[str] = (),
     launch_overrides: Sequence[str] = (),
+    order: str = "blocked",
 ) -> list[RunSpec]:
     """Expand configs × seeds into run specs, validating every resulting config before anything runs.
 
     With ``base``, each run uses the base config file with the strategy config's shaping section.
     ``launch_overrides`` (``partition=gpu_8``, ``time_limit_minutes=60``…) change the launch section.
+    ``order="blocked"`` (the default) runs seed blocks one after another, each block's configs in an
+    order drawn from its seed (:func:`block_order`), so that a stopped sweep leaves whole blocks and no
+    arm always runs first (on a warmer cache, a quieter machine); ``"configs"`` runs every seed of one
+    config before the next.
     """
+    if order not in ORDERS:
+        raise ConfigError(f"unknown sweep order {order!r} (choose from {', '.join(ORDERS)})")
     configs = expand_configs(configs)
     if not seeds:
         raise ConfigError("the sweep needs at least one seed")
@@ -133,7 +146,31 @@ def plan_runs(
                     launch=to_dict(config.launch),
                 )
             )
+    if order == "blocked":
+        by_seed = {seed: [r for r in runs if r.seed == seed] for seed in seeds}
+        runs = [by_seed[seed][i] for seed in seeds for i in block_order(seed, len(configs))]
     return runs
+
+
+def block_order(seed: int, n: int) -> list[int]:
+    """The order in which a seed block runs its ``n`` configs: a permutation drawn from the seed alone
+    (the same on every machine and every re-launch)."""
+    return [int(i) for i in np.random.default_rng([seed, _ORDER_STREAM]).permutation(n)]
+
+
+def provenance() -> dict[str, Any]:
+    """What every run records about the code and the machine it ran on: the git commit (and whether
+    tracked files differed from it), the CPU's AVX-512/AMX flags and the host."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                                   timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {"commit": git("rev-parse", "HEAD") or None,
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+            "cpu_flags": simd_flags() or "(AVX2 only: no AVX-512/AMX)", "host": os.uname().nodename}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -200,24 +237,36 @@ def execute(spec: RunSpec, *, echo: bool = True) -> dict[str, Any]:
     state = read_state(workdir)
     attempts = int(state.get("attempts", 0)) + 1
     started = time.time()
+    # every attempt's code and machine: a run resumed elsewhere, or at another commit, says so
+    attempt = {"attempt": attempts, "started_at": started, **provenance()}
     state.update(
         name=spec.name, config=spec.config_path, seed=spec.seed, overrides=list(spec.overrides),
-        status="running", attempts=attempts, started_at=started, host=os.uname().nodename,
-        pid=os.getpid(), command=shlex.join(spec.command()),
+        status="running", attempts=attempts, started_at=started, pid=os.getpid(),
+        command=shlex.join(spec.command()), **{k: attempt[k] for k in ("commit", "dirty", "cpu_flags", "host")},
+        history=[*state.get("history", []), attempt],
     )
     write_state(workdir, state)
+    cpu_before = _children_cpu_seconds()
     returncode = _run_child(spec, workdir / "launch.log", echo=echo,
                             header=f"attempt {attempts} at {time.ctime(started)}: {state['command']}")
     wall = float(state.get("wall_time_s", 0.0)) + time.time() - started
+    # CPU seconds (user + system) of the training process: a cost that other load on the machine
+    # does not inflate the way it inflates wall time
+    cpu = float(state.get("cpu_time_s", 0.0)) + _children_cpu_seconds() - cpu_before
     status = {EXIT_OK: "done", EXIT_INTERRUPTED: "interrupted"}.get(returncode, "failed")
     if returncode < 0:  # killed by a signal: resumable from its last checkpoint
         status = "interrupted"
     state.update(
         status=status,
-        returncode=returncode, finished_at=time.time(), wall_time_s=wall, pid=None,
+        returncode=returncode, finished_at=time.time(), wall_time_s=wall, cpu_time_s=cpu, pid=None,
     )
     write_state(workdir, state)
     return state
+
+
+def _children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _run_child(spec: RunSpec, log_path: Path, *, echo: bool, header: str) -> int:
@@ -321,8 +370,10 @@ def run_sweep(
     sweep_dir: str | Path,
     wait: bool = True,
     echo: bool = True,
+    after_run: Callable[[RunSpec, dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run (or submit) every unfinished run; return one summary row per run."""
+    """Run (or submit) every unfinished run; return one summary row per run. ``after_run(spec,
+    state)`` is called after each local run ends (e.g. to export the results so far)."""
     if executor not in EXECUTORS:
         raise ConfigError(f"unknown executor {executor!r} (choose from {', '.join(EXECUTORS)})")
     sweep_dir = Path(sweep_dir)
@@ -342,7 +393,9 @@ def run_sweep(
         verb = "resuming" if status in ("interrupted", "failed") else "starting"
         print(f"[sweep] {i}/{len(runs)} {spec.name}: {verb} ({executor})", flush=True)
         if executor == "local":
-            execute(spec, echo=echo)
+            state = execute(spec, echo=echo)
+            if after_run is not None:
+                after_run(spec, state)
             continue
         job = make_executor(executor, sweep_dir / "submitit", spec).submit(SubmititRun(spec))
         state = read_state(spec.workdir)

@@ -17,7 +17,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jaxdebate.errors import ConfigError  # noqa: E402
-from jaxdebate.sweep import EXECUTORS, format_summary, plan_runs, run_sweep, run_statuses  # noqa: E402
+from jaxdebate.analysis import export_results  # noqa: E402
+from jaxdebate.sweep_stats import ENDPOINTS  # noqa: E402
+from jaxdebate.sweep import EXECUTORS, ORDERS, format_summary, plan_runs, run_sweep, run_statuses  # noqa: E402
+
+
+def _exporter(sweep_dir: str, out_dir: str, endpoint: str):
+    """After each run: the sweep's results so far in ``out_dir`` (a failure to export is reported,
+    never allowed to stop the sweep)."""
+    def export(spec, state) -> None:
+        try:
+            export_results(sweep_dir, out_dir, endpoint)
+            print(f"[sweep] {spec.name}: {state.get('status')}; results so far in {out_dir}", flush=True)
+        except Exception as e:  # noqa: BLE001 - the runs matter more than their summary
+            print(f"[sweep] exporting to {out_dir} failed after {spec.name}: {e}", file=sys.stderr, flush=True)
+
+    return export
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="strategy config files, or a family directory for its five strategies "
                              "(default: the five in configs/)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[42], help="training seeds (default: 42)")
+    parser.add_argument("--order", choices=ORDERS, default="blocked",
+                        help="blocked: one seed block after another, each block's configs in an order "
+                             "drawn from its seed (default); configs: every seed of a config in turn")
     parser.add_argument("--base", default=None,
                         help="take everything but the shaping section from this config (e.g. configs/smoke.py)")
     parser.add_argument("--executor", choices=EXECUTORS, default="local",
@@ -40,10 +58,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-wait", action="store_true", help="slurm: submit and return without waiting")
     parser.add_argument("--status", action="store_true", help="print the summary table and exit")
     parser.add_argument("--quiet", action="store_true", help="don't echo the runs' output")
+    parser.add_argument("--export", default=None, metavar="DIR",
+                        help="after every local run, write the results so far to DIR (summary.json, table.md, "
+                             "each run's metrics, config, run.json and first/last validation rows, plots): "
+                             "what a results/ directory commits")
+    parser.add_argument("--endpoint", default="final_accuracy", choices=sorted(ENDPOINTS),
+                        help="the primary endpoint of --export's comparison (default: final_accuracy)")
     args = parser.parse_args(argv)
     try:
         runs = plan_runs(args.sweep_dir, args.configs, args.seeds, base=args.base,
-                         overrides=args.overrides, launch_overrides=args.launch)
+                         overrides=args.overrides, launch_overrides=args.launch, order=args.order)
     except ConfigError as e:
         print(f"sweep: invalid configuration: {e}", file=sys.stderr)
         return 2
@@ -51,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = run_statuses(runs)
     else:
         rows = run_sweep(runs, executor=args.executor, sweep_dir=args.sweep_dir,
-                         wait=not args.no_wait, echo=not args.quiet)
+                         wait=not args.no_wait, echo=not args.quiet,
+                         after_run=_exporter(args.sweep_dir, args.export, args.endpoint) if args.export else None)
     print()
     print(format_summary(rows))
     (Path(args.sweep_dir) / "summary.json").write_text(json.dumps(rows, indent=2))

@@ -16,7 +16,7 @@ import pytest
 from jaxdebate import analysis
 from jaxdebate.checkpointer import latest_step
 from jaxdebate.errors import ConfigError
-from jaxdebate.sweep import make_executor, plan_runs, read_state, run_sweep, slurm_parameters, task_rank
+from jaxdebate.sweep import block_order, make_executor, plan_runs, read_state, run_sweep, slurm_parameters, task_rank
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = str(REPO / "configs" / "smoke.py")
@@ -28,6 +28,7 @@ FAST = [
     "logging.progress_bar=false",
 ]
 STRATEGIES = ["identity", "difference_rewards", "potential_based", "coma", "reward_mixing"]
+RUN_ORDER = [STRATEGIES[i] for i in block_order(0, len(STRATEGIES))]  # seed 0's block, as the sweep runs it
 
 
 def _sweep_cmd(sweep_dir: Path, *extra: str) -> list[str]:
@@ -49,7 +50,7 @@ def sweep(tmp_path_factory):
     sweep_dir, cache = root / "sweep", root / "jax_cache"
     proc = subprocess.Popen(_sweep_cmd(sweep_dir), cwd=REPO, env=_env(cache), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    third = sweep_dir / "potential_based-seed0"
+    third = sweep_dir / f"{RUN_ORDER[2]}-seed0"
     deadline = time.time() + 900
     while time.time() < deadline and proc.poll() is None:
         if latest_step(third) == 1 and read_state(third).get("status") == "running":
@@ -60,7 +61,8 @@ def sweep(tmp_path_factory):
     proc.wait()
     assert read_state(third)["status"] == "running"  # what a SIGKILL leaves behind
 
-    second = subprocess.run(_sweep_cmd(sweep_dir), cwd=REPO, env=_env(cache), capture_output=True,
+    second = subprocess.run(_sweep_cmd(sweep_dir, "--export", str(root / "results"), "--endpoint",
+                                       "final_debate_accuracy"), cwd=REPO, env=_env(cache), capture_output=True,
                             text=True, timeout=900)
     assert second.returncode == 0, second.stdout + second.stderr
     return sweep_dir, second.stdout
@@ -69,18 +71,42 @@ def sweep(tmp_path_factory):
 @pytest.mark.slow
 def test_relaunch_skips_finished_and_resumes_killed_run(sweep):
     sweep_dir, out = sweep
-    assert "identity-seed0: finished, skipped" in out
-    assert "difference_rewards-seed0: finished, skipped" in out
-    assert "potential_based-seed0: resuming" in out
-    third = sweep_dir / "potential_based-seed0"
+    assert f"{RUN_ORDER[0]}-seed0: finished, skipped" in out
+    assert f"{RUN_ORDER[1]}-seed0: finished, skipped" in out
+    assert f"{RUN_ORDER[2]}-seed0: resuming" in out
+    third = sweep_dir / f"{RUN_ORDER[2]}-seed0"
     assert "resuming" in (third / "launch.log").read_text() and "from step 1" in (third / "launch.log").read_text()
     state = read_state(third)
     assert state["status"] == "done" and state["attempts"] == 2
+    # every attempt records the code and the machine; the cost is the child's CPU time, both attempts
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert [a["attempt"] for a in state["history"]] == [1, 2]
+    assert all(a["commit"] == head and a["host"] == os.uname().nodename for a in state["history"])
+    assert state["commit"] == head and isinstance(state["dirty"], bool)
+    assert state["cpu_flags"] and (state["cpu_flags"].startswith("avx512") or "AVX2" in state["cpu_flags"])
+    first = read_state(sweep_dir / f"{RUN_ORDER[0]}-seed0")
+    assert 0 < first["cpu_time_s"] and len(first["history"]) == 1
+    assert 0 < state["cpu_time_s"]
     steps = [r["step"] for r in analysis.load_run(third).records if "train/accuracy" in r]
     assert steps == [1, 2], steps  # the killed step was redone once, nothing duplicated
     for name in STRATEGIES:
         assert read_state(sweep_dir / f"{name}-seed0")["status"] == "done"
         assert latest_step(sweep_dir / f"{name}-seed0") == 2
+
+
+@pytest.mark.slow
+def test_export_after_each_run_holds_the_results_so_far(sweep):
+    """``--export DIR``: after every run of the second launch the results so far are written (what a
+    results/ directory commits run by run)."""
+    sweep_dir, out = sweep
+    results = sweep_dir.parent / "results"
+    assert out.count(f"results so far in {results}") == 3  # the three runs the second launch ran
+    summary = json.loads((results / "summary.json").read_text())
+    assert summary["endpoint"] == "final_debate_accuracy"
+    assert sorted(r["strategy"] for r in summary["runs"]) == sorted(STRATEGIES)
+    for name in STRATEGIES:
+        run = results / "runs" / f"{name}-seed0"
+        assert (run / "metrics.jsonl").is_file() and json.loads((run / "run.json").read_text())["status"] == "done"
 
 
 @pytest.mark.slow
@@ -90,7 +116,7 @@ def test_summary_table_and_plots(sweep):
         assert name in out
     assert "final_accuracy" in out and out.count(" done ") >= 5
     rows = json.loads((sweep_dir / "summary.json").read_text())
-    assert [r["strategy"] for r in rows] == STRATEGIES
+    assert [r["strategy"] for r in rows] == RUN_ORDER
     assert all(r["status"] == "done" and r["step"] == 2 and r["final_accuracy"] is not None for r in rows)
 
     runs = analysis.load_sweep(sweep_dir)
@@ -166,7 +192,7 @@ def test_submitit_local_executor_runs_a_job(tmp_path):
 
 
 def test_slurm_parameters_from_the_launch_section(tmp_path, monkeypatch):
-    runs = plan_runs(tmp_path / "sweep", None, [42, 43],
+    runs = plan_runs(tmp_path / "sweep", None, [42, 43], order="configs",
                      launch_overrides=["partition=gpu_8", "gpus_per_node=8", "time_limit_minutes=90"])
     assert [r.name for r in runs] == [f"{s}-seed{k}" for s in STRATEGIES for k in (42, 43)]
     spec = runs[0]
@@ -227,7 +253,7 @@ def test_invalid_sweep_fails_before_running(tmp_path):
 
 def test_a_family_directory_stands_for_its_five_strategies(tmp_path):
     """``--configs configs/arithmetic`` plans the five strategy files, never the family's base.py."""
-    runs = plan_runs(tmp_path, [REPO / "configs" / "arithmetic"], [42, 43])
+    runs = plan_runs(tmp_path, [REPO / "configs" / "arithmetic"], [42, 43], order="configs")
     assert [r.name for r in runs[::2]] == [f"{s}-seed42" for s in
                                            ("identity", "difference_rewards", "potential_based", "coma", "reward_mixing")]
     assert all(Path(r.config_path).parent.name == "arithmetic" for r in runs)
@@ -240,3 +266,19 @@ def test_a_family_directory_stands_for_its_five_strategies(tmp_path):
         (partial / f"{name}.py").write_text((REPO / "configs" / "arithmetic" / f"{name}.py").read_text())
     with pytest.raises(ConfigError, match=r"lacks the strategy config\(s\) coma\.py \("):
         plan_runs(tmp_path, [partial], [42])
+
+
+def test_blocked_order_runs_whole_seed_blocks_each_in_its_own_seeded_order(tmp_path):
+    """The pre-registered sweep's order (issue 27 item 3): one seed block after another, each running
+    all five arms in a permutation drawn from its seed, the same at every launch."""
+    seeds = [42, 43, 44, 45]
+    runs = plan_runs(tmp_path, [REPO / "configs" / "arithmetic"], seeds)
+    blocks = [runs[i:i + 5] for i in range(0, len(runs), 5)]
+    assert [{r.seed for r in b} for b in blocks] == [{s} for s in seeds]
+    assert all(sorted(r.strategy for r in b) == sorted(STRATEGIES) for b in blocks)
+    orders = [[r.strategy for r in b] for b in blocks]
+    assert orders == [[STRATEGIES[i] for i in block_order(s, 5)] for s in seeds]
+    assert len({tuple(o) for o in orders}) > 1  # not one fixed order
+    assert [r.name for r in plan_runs(tmp_path, [REPO / "configs" / "arithmetic"], seeds)] == [r.name for r in runs]
+    with pytest.raises(ConfigError, match="unknown sweep order 'random'"):
+        plan_runs(tmp_path, None, [1], order="random")

@@ -27,6 +27,14 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
     return frozenset()
 
 
+def simd_flags(flags: Iterable[str] | None = None) -> str:
+    """The AVX-512 and AMX flags, sorted and space-separated: the fingerprint every recorded figure and
+    run names its CPU by (``grep -o 'avx512[a-z_0-9]*\\|amx[a-z_]*' /proc/cpuinfo | sort -u``); ``""``
+    on an AVX2-only CPU."""
+    have = cpu_flags() if flags is None else frozenset(flags)
+    return " ".join(sorted(f for f in have if f.startswith(("avx512", "amx"))))
+
+
 def bf16_flags(flags: Iterable[str] | None = None) -> list[str]:
     """The fast-bf16 flags present (``flags`` defaults to this machine's)."""
     have = cpu_flags() if flags is None else frozenset(flags)
