@@ -289,6 +289,22 @@ def seeds_needed(sd: float, difference: float, *, power: float = 0.8, alpha: flo
     return None
 
 
+def blocks_for_halfwidth(sd: float, halfwidth: float, *, level: float = 0.95, minimum: int = 2,
+                         max_blocks: int = 100_000) -> int | None:
+    """Blocks (seeds) for a paired ``level`` t interval of half-width <= ``halfwidth``, given the SD of
+    the paired differences: the smallest n >= ``minimum`` with t_{(1+level)/2, n-1} * sd / sqrt(n) <=
+    halfwidth (None when more than ``max_blocks``). The expected width, not a guarantee: the realised
+    SD varies around ``sd``."""
+    if sd < 0 or halfwidth <= 0 or not 0 < level < 1:
+        raise ValueError(f"need sd >= 0, halfwidth > 0 and 0 < level < 1, got {sd}, {halfwidth}, {level}")
+    n = max(2, minimum)
+    while n <= max_blocks:
+        if t_quantile((1 + level) / 2, n - 1) * sd / math.sqrt(n) <= halfwidth:
+            return n
+        n += 1
+    return None
+
+
 def _normal_quantile(q: float) -> float:
     low, high = -40.0, 40.0
     for _ in range(200):

@@ -1,0 +1,73 @@
+"""A pilot's decision by the pre-registered rules: paired SDs, cost, item noise, the setting kept or
+changed, and the number of seed blocks; from exported settings on disk, through the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from jaxdebate.pilot import decide, main, setting_report
+from jaxdebate.stats import blocks_for_halfwidth, t_quantile
+
+
+def _export(root, setting, values, cpu):
+    """An exported setting: summary rows for identity/coma per seed and each run's run.json."""
+    rows = []
+    for (strategy, seed), value in values.items():
+        rows.append({"strategy": strategy, "seed": seed, "status": "done", "final_debate_accuracy": value})
+        run = root / setting / "runs" / f"{strategy}-seed{seed}"
+        run.mkdir(parents=True)
+        (run / "run.json").write_text(json.dumps({"status": "done", "cpu_time_s": cpu}))
+    (root / setting / "summary.json").write_text(json.dumps({"runs": rows}))
+
+
+def test_blocks_for_halfwidth_is_the_smallest_n_meeting_the_target():
+    for sd, target in ((0.087, 0.04), (0.05, 0.04), (0.12, 0.05)):
+        n = blocks_for_halfwidth(sd, target, minimum=2)
+        width = lambda k: t_quantile(0.975, k - 1) * sd / math.sqrt(k)  # noqa: E731
+        assert width(n) <= target < width(n - 1)
+    assert blocks_for_halfwidth(0.087, 0.04, minimum=5) == 21  # the v1 sweep's SD: PROTOCOL.md's figure
+    assert blocks_for_halfwidth(0.0, 0.04, minimum=5) == 5
+    assert blocks_for_halfwidth(1.0, 1e-3, max_blocks=50) is None
+    with pytest.raises(ValueError):
+        blocks_for_halfwidth(0.1, 0.0)
+
+
+def test_setting_report_pairs_by_seed_and_ignores_unfinished_runs():
+    rows = [{"strategy": "identity", "seed": s, "status": "done", "final_debate_accuracy": v}
+            for s, v in ((1, 0.30), (2, 0.40), (3, 0.35))]
+    rows += [{"strategy": "coma", "seed": s, "status": "done", "final_debate_accuracy": v}
+             for s, v in ((1, 0.34), (2, 0.40))]
+    rows.append({"strategy": "coma", "seed": 3, "status": "running", "final_debate_accuracy": None})
+    costs = {"identity-seed1": 100.0, "identity-seed2": 300.0, "coma-seed1": 200.0}
+    r = setting_report(rows, costs, baseline="identity", arm="coma", endpoint="final_debate_accuracy", items=300)
+    assert r["seeds"] == [1, 2] and r["differences"] == pytest.approx([0.04, 0.0])
+    assert r["sd_d"] == pytest.approx(math.sqrt(0.0008)) and r["runs"] == 5
+    assert r["cost_cpu_s"] == pytest.approx(200.0)
+    assert r["item_var"] == pytest.approx(sum(p * (1 - p) for p in (0.3, 0.4, 0.35, 0.34, 0.4)) / 5 / 300)
+    assert r["item_share"] == pytest.approx(r["item_var"] / r["between_seed_var"])
+
+
+def test_the_default_is_kept_within_the_tie_and_left_for_a_clear_win():
+    close = {"b2": {"variance_x_cost": 1.0, "sd_d": 0.06}, "b4": {"variance_x_cost": 0.85, "sd_d": 0.04}}
+    assert decide(close, default="b2")["setting"] == "b2"  # 15% better: within the 25% tie
+    clear = {"b2": {"variance_x_cost": 1.0, "sd_d": 0.06}, "b4": {"variance_x_cost": 0.5, "sd_d": 0.04}}
+    d = decide(clear, default="b2")
+    assert d["setting"] == "b4" and d["blocks"] == blocks_for_halfwidth(0.04, 0.04, minimum=5)
+    assert decide({"b2": {"variance_x_cost": None}, "b4": clear["b4"]}, default="b2")["setting"] is None
+
+
+def test_cli_writes_the_decision_next_to_the_settings(tmp_path, capsys):
+    _export(tmp_path, "b2", {("identity", 1): 0.30, ("coma", 1): 0.36, ("identity", 2): 0.40, ("coma", 2): 0.42,
+                             ("identity", 3): 0.33, ("coma", 3): 0.31}, cpu=1000.0)
+    _export(tmp_path, "b4", {("identity", 1): 0.32, ("coma", 1): 0.33, ("identity", 2): 0.41, ("coma", 2): 0.43,
+                             ("identity", 3): 0.30, ("coma", 3): 0.32}, cpu=1600.0)
+    assert main([str(tmp_path), "--default", "b2"]) == 0
+    out = json.loads((tmp_path / "decision.json").read_text())
+    b2, b4 = out["settings"]["b2"], out["settings"]["b4"]
+    assert b2["variance_x_cost"] == pytest.approx(b2["sd_d"] ** 2 * 1000.0)
+    assert out["decision"]["setting"] == ("b4" if b4["variance_x_cost"] * 1.25 < b2["variance_x_cost"] else "b2")
+    assert "| b2 | 3 |" in capsys.readouterr().out
+    assert main([str(tmp_path / "missing")]) == 2
