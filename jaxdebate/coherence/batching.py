@@ -1,8 +1,10 @@
 """Preference pairs as fixed-shape token arrays for the jitted DPO step.
 
 A pair becomes two right-padded sequences ``prompt + completion`` (chosen, rejected) that share the
-canonical prompt (:func:`jaxdebate.coherence.arms.canonical_messages`). A completion that ended on its
-own gets the end-of-turn token appended, as the sampler produced it. Sequences longer than
+canonical prompt (:func:`jaxdebate.coherence.arms.canonical_messages`). A pair that carries the sampled
+token ids (``chosen_tokens``/``rejected_tokens``: canonical twins, sampled under that very prompt)
+trains on them verbatim; otherwise the text is tokenized and a completion that ended on its own gets
+the end-of-turn token appended, as the sampler produced it. Sequences longer than
 ``max_length`` lose the end of their completion; a prompt that leaves no room for a completion drops the
 pair. Lengths are rounded up to a multiple of ``length_bucket`` so the step compiles a bounded number of
 times; an update of ``grad_accumulation × batch_size`` pairs is padded with zero-weight pairs.
@@ -54,9 +56,12 @@ def encode_pairs(pairs: Sequence[Mapping[str, Any]], tokenizer: Any, max_length:
             continue
         completions = []
         for side in ("chosen", "rejected"):
-            ids = list(tokenizer.encode(pair[side]))
-            if pair.get(f"{side}_finish_reason", "stop") == "stop":
-                ids.append(tokenizer.eos_id)
+            if f"{side}_tokens" in pair:
+                ids = [int(t) for t in pair[f"{side}_tokens"]]  # what the sampler drew, EOS included
+            else:
+                ids = list(tokenizer.encode(pair[side]))
+                if pair.get(f"{side}_finish_reason", "stop") == "stop":
+                    ids.append(tokenizer.eos_id)
             if len(ids) > room:
                 truncated += 1
                 ids = ids[:room]

@@ -39,11 +39,18 @@ class DataConfig(Section):
 @dataclasses.dataclass(frozen=True)
 class CollectConfig(Section):
     """The arms; ``questions_per_batch × len(arms)`` prompts go to the sampler in one call (each arm
-    with its own temperature and seed; ``sampler.top_p`` and ``sampler.max_new_tokens`` apply to all)."""
+    with its own temperature and seed; ``sampler.top_p`` and ``sampler.max_new_tokens`` apply to all).
+
+    ``canonical_twins``: also sample every arm under the canonical (persona-free, untransformed) prompt
+    with the arm's temperature and seed — the texts ``pairs.source="canonical"`` trains on (issue 28).
+    ``rollouts``: the rollouts file (empty: ``WORKDIR/rollouts.jsonl``); variants that point at one
+    file share one collection (same questions, same samples)."""
 
     _name: ClassVar[str] = "collect"
     arms: tuple[Arm, ...] = dataclasses.field(default_factory=default_arms)
     questions_per_batch: int = 4
+    canonical_twins: bool = False
+    rollouts: str = ""
 
     def __post_init__(self) -> None:
         arms = self.arms if isinstance(self.arms, (tuple, list)) else ()
@@ -73,7 +80,16 @@ class ScoreConfig(Section):
 
 @dataclasses.dataclass(frozen=True)
 class PairConfig(Section):
-    """Pairing rules (see :mod:`jaxdebate.coherence.pairs`)."""
+    """Pairing rules (see :mod:`jaxdebate.coherence.pairs`).
+
+    ``kind``: which pairs to keep (``correctness``, ``coherence`` or ``both``). ``source``: ``arms``
+    pairs the texts sampled under the arms' persona prompts (DESIGN §8); ``canonical`` pairs their
+    canonical-prompt twins (``collect.canonical_twins``), the texts the policy itself produces for
+    the prompt DPO trains on. A coherence pair needs a quality gap above ``max(quality_gap,
+    gap_noise_z × σ)``, σ the standard error of a gap measured from the two probes' disagreement
+    (:func:`jaxdebate.coherence.pairs.gap_noise`; 0 turns the measured part off). ``heldout_fraction``
+    of the questions (chosen by ``split_seed``) are held out: their pairs and questions validate
+    training every epoch and never train."""
 
     _name: ClassVar[str] = "pairs"
     quality_gap: float = 0.01
@@ -81,16 +97,35 @@ class PairConfig(Section):
     max_coherence_pairs_per_question: int = 4
     include_probes: bool = True
     allow_truncated_chosen: bool = False
+    kind: Literal["correctness", "coherence", "both"] = "both"
+    source: Literal["arms", "canonical"] = "arms"
+    gap_noise_z: float = 0.0
+    heldout_fraction: float = 0.0
+    split_seed: int = 0
 
     def validate(self) -> None:
-        self._at_least(0, "quality_gap", "max_correctness_pairs_per_question", "max_coherence_pairs_per_question")
+        self._at_least(0, "quality_gap", "max_correctness_pairs_per_question", "max_coherence_pairs_per_question",
+                       "gap_noise_z")
+        if not 0.0 <= self.heldout_fraction < 1.0:
+            self._fail("heldout_fraction", "must be in [0, 1)")
 
 
 @dataclasses.dataclass(frozen=True)
 class DPOConfig(Section):
-    """DPO optimisation. One update sees ``batch_size × grad_accumulation`` pairs."""
+    """Preference training. One update sees ``batch_size × grad_accumulation`` pairs.
+
+    ``objective``: ``dpo`` (sigmoid DPO), ``rpo`` (DPO + ``rpo_alpha`` × the chosen completion's
+    per-token NLL) or ``sft`` (the chosen completion's per-token NLL only; same pairs, order and number
+    of updates, so it is the like-for-like baseline). ``seed`` fixes the adapter's initialisation and
+    the pair order. With held-out questions (``pairs.heldout_fraction``) every epoch is validated;
+    ``early_stopping`` then stops after ``patience`` epochs without a better held-out greedy accuracy
+    and exports the best epoch's adapter."""
 
     _name: ClassVar[str] = "dpo"
+    objective: Literal["dpo", "rpo", "sft"] = "dpo"
+    rpo_alpha: float = 1.0
+    early_stopping: bool = False
+    patience: int = 1
     beta: float = 0.1
     learning_rate: float = 5e-5
     epochs: int = 3
@@ -105,8 +140,8 @@ class DPOConfig(Section):
     seed: int = 42
 
     def validate(self) -> None:
-        self._positive("beta", "learning_rate", "max_grad_norm")
-        self._at_least(1, "epochs", "batch_size", "grad_accumulation", "length_bucket")
+        self._positive("beta", "learning_rate", "max_grad_norm", "rpo_alpha")
+        self._at_least(1, "epochs", "batch_size", "grad_accumulation", "length_bucket", "patience")
         self._at_least(0, "weight_decay")
         self._at_least(16, "max_length")
         if not 0.0 <= self.warmup_ratio < 1.0:
@@ -135,10 +170,12 @@ class CoherenceConfig(Section):
     :mod:`jaxdebate.coherence.pipeline`). ``protocol`` is how every prompt (arms, DPO pairs,
     evaluation) asks for the answer and how it is extracted (:class:`~jaxdebate.coherence.arms.AnswerFormat`):
     ``seed`` (the original 'Answer: <number>' instruction) or ``answer_line`` (the debate protocol a
-    135M model can follow: one worked example, lenient number extraction)."""
+    135M model can follow: one worked example, lenient number extraction). ``variant`` labels the run
+    in multi-run reports (:mod:`jaxdebate.coherence.report`; empty: named from its settings)."""
 
     _name: ClassVar[str] = "coherence"
     workdir: str = "runs/coherence"
+    variant: str = ""
     protocol: Literal["seed", "answer_line"] = "seed"
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     sampler: SamplerConfig = dataclasses.field(default_factory=lambda: SamplerConfig(max_new_tokens=384))
@@ -163,3 +200,9 @@ class CoherenceConfig(Section):
                               "is configured in the lora section (lora.rank, lora.alpha, lora.targets)")
         if not self.workdir.strip():
             self._fail("workdir", "must be a non-empty path")
+        if self.variant and not re.fullmatch(r"[A-Za-z0-9_.+-]+", self.variant):
+            raise ConfigError(f"variant must be letters, digits and _ . + - (a file name), got {self.variant!r}")
+        if self.pairs.source == "canonical" and not self.collect.canonical_twins:
+            raise ConfigError("pairs.source=canonical pairs the canonical-prompt twins: set collect.canonical_twins=true")
+        if self.dpo.early_stopping and self.pairs.heldout_fraction == 0:
+            raise ConfigError("dpo.early_stopping needs held-out questions: set pairs.heldout_fraction > 0")

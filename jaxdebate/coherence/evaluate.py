@@ -3,10 +3,17 @@
 Each model's per-question results are appended to their own JSONL (resumable); the comparison joins
 them by question id into one record per question and a summary with both accuracies, their
 difference, and how many questions only one of the two got right.
+
+Besides the protocol's extraction (``answer``/``correct``) every row grades two more (issue 28), so a
+format regression cannot hide behind lenient parsing: **strict** — the number of a line of the form
+``Answer: <number>``, the format every prompt asks for (no such line: no answer); **lenient** — the
+``number`` extraction of :mod:`jaxdebate.debate.answers` (the answer line's last number, else the last
+number of the text). ``format_ok`` says whether the strict line is there; its mean is the format rate.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,8 +21,48 @@ from typing import Any
 from jaxdebate.coherence import jsonl
 from jaxdebate.coherence.arms import SEED_FORMAT, AnswerFormat, canonical_messages
 from jaxdebate.data import Item
+from jaxdebate.debate.answers import extract_answer
 from jaxdebate.sampling.base import Sampler, SamplingParams
 from jaxdebate.stats import mcnemar_test, wilson_interval
+
+_ANSWER_LINE = re.compile(r"^[ \t]*Answer:[ \t]*\$?(-?[\d,]*\.?\d+)\$?\.?[ \t]*$", re.MULTILINE)
+
+
+def strict_answer(text: str | None) -> str | None:
+    """The number of the last ``Answer: <number>`` line of ``text`` (None without such a line)."""
+    found = _ANSWER_LINE.findall(text or "")
+    return extract_answer(f"Answer: {found[-1]}", "number") if found else None
+
+
+def lenient_answer(text: str | None) -> str | None:
+    """The answer line's last number, else the last number of the text (``number`` extraction)."""
+    return extract_answer(text, "number")
+
+
+def graded_rows(items: Sequence[Item], texts: Sequence[str], grader: Any, fmt: AnswerFormat) -> list[dict[str, Any]]:
+    """Per item: the protocol's, the strict and the lenient answer, each graded against the gold
+    answer (one grader round trip), and whether the strict answer line is present."""
+    answers = [(fmt.extract(t), strict_answer(t), lenient_answer(t)) for t in texts]
+    flags = grader.equivalent_many([(it.answer, a) for it, trio in zip(items, answers) for a in trio])
+    return [
+        {"answer": a, "correct": bool(flags[3 * k]), "answer_strict": s, "correct_strict": bool(flags[3 * k + 1]),
+         "answer_lenient": lax, "correct_lenient": bool(flags[3 * k + 2]), "format_ok": s is not None}
+        for k, (a, s, lax) in enumerate(answers)
+    ]
+
+
+def accuracy_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``n``, ``correct``, ``accuracy`` with its Wilson ``ci95``, ``format_rate``, ``strict_accuracy``
+    and ``lenient_accuracy`` (None for rows written before those were graded)."""
+    n = len(rows)
+    k = sum(bool(r["correct"]) for r in rows)
+
+    def rate(key: str) -> float | None:
+        return sum(bool(r[key]) for r in rows) / n if n and all(key in r for r in rows) else None
+
+    return {"n": n, "correct": k, "accuracy": k / n if n else None, "ci95": list(wilson_interval(k, n)),
+            "format_rate": rate("format_ok"), "strict_accuracy": rate("correct_strict"),
+            "lenient_accuracy": rate("correct_lenient")}
 
 
 def evaluate(
@@ -47,18 +94,21 @@ def evaluate(
             batch = todo[start:start + batch_size]
             prompts = [tokenizer.encode_chat(canonical_messages(it.problem, fmt)) for it in batch]
             completions = [c[0] for c in sampler.generate(prompts, params)]
-            answers = [fmt.extract(c.text) for c in completions]
-            correct = grader.equivalent_many([(it.answer, a) for it, a in zip(batch, answers)])
+            graded = graded_rows(batch, [c.text for c in completions], grader, fmt)
             jsonl.append_records(out_path, [
-                {"id": it.id, "question": it.problem, "gold": it.answer, "text": c.text, "answer": a,
-                 "correct": bool(ok), "n_tokens": len(c.token_ids), "finish_reason": c.finish_reason}
-                for it, c, a, ok in zip(batch, completions, answers, correct)
+                {"id": it.id, "question": it.problem, "gold": it.answer, "text": c.text, **g,
+                 "n_tokens": len(c.token_ids), "finish_reason": c.finish_reason}
+                for it, c, g in zip(batch, completions, graded)
             ])
             bar.update(len(batch))
     finally:
         bar.close()
     wanted = {it.id for it in items}
     return [r for r in jsonl.read_records(out_path) if r["id"] in wanted]
+
+
+_SIDE_KEYS = ("answer", "correct", "text", "n_tokens", "finish_reason", "answer_strict", "correct_strict",
+              "answer_lenient", "correct_lenient", "format_ok")
 
 
 def compare(
@@ -72,8 +122,8 @@ def compare(
         b, t = by_base[it.id], by_tuned[it.id]
         rows.append({
             "id": it.id, "question": it.problem, "gold": it.answer,
-            "base": {k: b[k] for k in ("answer", "correct", "text", "n_tokens", "finish_reason")},
-            "dpo": {k: t[k] for k in ("answer", "correct", "text", "n_tokens", "finish_reason")},
+            "base": {k: b[k] for k in _SIDE_KEYS if k in b},
+            "dpo": {k: t[k] for k in _SIDE_KEYS if k in t},
         })
     n = len(rows)
     base_ok = sum(r["base"]["correct"] for r in rows)
@@ -93,6 +143,10 @@ def compare(
         "base_truncated": sum(r["base"]["finish_reason"] == "length" for r in rows),
         "dpo_truncated": sum(r["dpo"]["finish_reason"] == "length" for r in rows),
     }
+    for side in ("base", "dpo"):
+        figures = accuracy_summary([r[side] for r in rows])
+        for key in ("format_rate", "strict_accuracy", "lenient_accuracy"):
+            summary[f"{side}_{key}"] = figures[key]
     if n:
         summary["base_ci95"] = list(wilson_interval(base_ok, n))
         summary["dpo_ci95"] = list(wilson_interval(tuned_ok, n))
@@ -118,4 +172,9 @@ def format_comparison(summary: Mapping[str, Any], dataset: str) -> str:
         f"(only base right: {summary['only_base_correct']}, only DPO right: {summary['only_dpo_correct']}, "
         f"both: {summary['both_correct']}; McNemar p = {summary.get('mcnemar_p', float('nan')):.3g})",
     ]
+    for side, label in (("base", "base"), ("dpo", "base + DPO")):
+        if summary.get(f"{side}_format_rate") is not None:
+            lines.append(f"{label}: answer line {pct(summary[f'{side}_format_rate']).strip()}, strict accuracy "
+                         f"{pct(summary[f'{side}_strict_accuracy']).strip()}, lenient "
+                         f"{pct(summary[f'{side}_lenient_accuracy']).strip()}")
     return "\n".join(lines)

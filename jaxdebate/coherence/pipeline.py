@@ -4,10 +4,13 @@
 ``<workdir>/`` file         written by
 ==========================  ==========================================================================
 ``config.json``             every stage (the resolved config of the last stage run)
-``rollouts.jsonl``          ``collect`` — one record per question, appended (resumable)
-``pairs.jsonl``             ``pairs`` — preference pairs; ``pairs_summary.json`` their counts
+``rollouts.jsonl``          ``collect`` — one record per question, appended (resumable); elsewhere when
+                            ``collect.rollouts`` names a shared file
+``pairs.jsonl``             ``pairs`` — preference pairs (each with its ``split``); ``pairs_summary.json``
+                            their counts; ``heldout_questions.jsonl`` the held-out questions
 ``train/``                  ``train`` — ``checkpoints/`` (orbax, one per epoch), ``metrics.jsonl``,
-                            TensorBoard events, ``summary.json``
+                            TensorBoard events, ``summary.json``; with held-out questions
+                            ``epochs.jsonl`` (per-epoch validation) and ``heldout/<run>/epoch_K.jsonl``
 ``adapter/``                ``train`` — the LoRA adapter in PEFT format
 ``eval/``                   ``eval`` — ``base.jsonl``, ``dpo.jsonl`` (resumable), ``comparison.jsonl``
                             (one record per question, both models side by side), ``summary.json``
@@ -107,6 +110,12 @@ def _stage_input(ctx: Context, name: str, stage: str) -> Path:
     return path
 
 
+def rollouts_path(ctx: Context) -> Path:
+    """``collect.rollouts`` when set (shared by variants), else ``WORKDIR/rollouts.jsonl``."""
+    shared = ctx.config.collect.rollouts
+    return Path(shared).expanduser() if shared else ctx.workdir / "rollouts.jsonl"
+
+
 def collect(ctx: Context) -> dict[str, Any]:
     """Stage 1: every arm's trajectory for the first ``data.n_questions`` training questions."""
     from jaxdebate.coherence.collect import collect as run
@@ -116,7 +125,7 @@ def collect(ctx: Context) -> dict[str, Any]:
     items = load_items(cfg.data.train, limit=cfg.data.n_questions)
     started = time.perf_counter()
     stats = run(
-        items, ctx.sampler, ctx.tokenizer, ctx.grader, ctx.workdir / "rollouts.jsonl", cfg.collect, cfg.scores,
+        items, ctx.sampler, ctx.tokenizer, ctx.grader, rollouts_path(ctx), cfg.collect, cfg.scores,
         top_p=cfg.sampler.top_p, max_tokens=cfg.sampler.max_new_tokens, fmt=cfg.answer_format,
         progress=ctx.progress,
     )
@@ -127,40 +136,83 @@ def collect(ctx: Context) -> dict[str, Any]:
 
 
 def pairs(ctx: Context) -> dict[str, Any]:
-    """Stage 2: preference pairs from ``rollouts.jsonl``."""
-    from jaxdebate.coherence.pairs import build_pairs, pairs_summary
+    """Stage 2: preference pairs (with their split) from the rollouts, and the held-out questions."""
+    from jaxdebate.coherence.pairs import build_pairs, heldout_questions, pairs_summary
 
-    path = _stage_input(ctx, "rollouts.jsonl", "collect")
+    path = rollouts_path(ctx)
+    if not path.is_file():
+        raise DataError(f"{path} does not exist: run the 'collect' stage first")
     jsonl.repair_tail(path)
     records = jsonl.read_records(path)
-    built = build_pairs(records, ctx.config.pairs)
+    rules, weight = ctx.config.pairs, ctx.config.scores.conciseness_weight
+    built = build_pairs(records, rules, conciseness_weight=weight)
     jsonl.write_records(ctx.workdir / "pairs.jsonl", built)
-    summary = pairs_summary(records, built)
+    jsonl.write_records(ctx.workdir / "heldout_questions.jsonl", heldout_questions(records, rules))
+    summary = pairs_summary(records, built, rules, conciseness_weight=weight)
     _write_json(ctx.workdir / "pairs_summary.json", summary)
-    by = summary["pairs_by_type"]
+    by, split, gap = summary["pairs_by_type"], summary["split"], summary["coherence_gap"]
     _say(ctx, f"pairs: {summary['pairs']} from {summary['questions']} questions "
-              f"(correctness {by['correctness']}, coherence {by['coherence']}); trajectory accuracy "
+              f"(correctness {by['correctness']}, coherence {by['coherence']}; {rules.source} texts; "
+              f"{summary['questions_mixed']} questions mixed); held out {split['heldout']['questions']} questions "
+              f"({split['heldout']['pairs']} pairs); coherence gap > {gap['threshold']:.4g}; trajectory accuracy "
               f"{summary['trajectory_accuracy']:.3f}, mean s_end {summary['mean_s_end']:.3f}, "
               f"s_path {summary['mean_s_path']:.3f}, s_cf {summary['mean_s_cf']:.3f}")
     return summary
 
 
 def train(ctx: Context) -> dict[str, Any]:
-    """Stage 3: DPO of a LoRA adapter on ``pairs.jsonl``; the adapter goes to ``adapter/``."""
-    from jaxdebate.coherence.train import train as run
+    """Stage 3: preference training (``dpo.objective``) of a LoRA adapter on the training pairs of
+    ``pairs.jsonl``, validated every epoch on the held-out pairs and questions when there are any;
+    the adapter goes to ``adapter/``."""
+    from jaxdebate.coherence.train import run_fingerprint, train as run
 
     path = _stage_input(ctx, "pairs.jsonl", "pairs")
-    data = jsonl.read_records(path)
+    rows = jsonl.read_records(path)
+    data = [r for r in rows if r.get("split", "train") == "train"]
+    held = [r for r in rows if r.get("split") == "heldout"]
     if not data:
-        raise DataError(f"{path} holds no pairs (see pairs_summary.json): collect more questions")
+        raise DataError(f"{path} holds no training pairs (see pairs_summary.json): collect more questions")
+    questions_path = ctx.workdir / "heldout_questions.jsonl"
+    questions = jsonl.read_records(questions_path) if questions_path.is_file() else []
     params, model_config = ctx.model
-    result = run(ctx.config, data, params, model_config, ctx.tokenizer, ctx.workdir, progress=ctx.progress)
+    epoch_eval = _epoch_eval(ctx, questions, run_fingerprint(ctx.config, data)) if questions else None
+    try:
+        result = run(ctx.config, data, params, model_config, ctx.tokenizer, ctx.workdir, progress=ctx.progress,
+                     heldout_pairs=held, epoch_eval=epoch_eval)
+    finally:
+        if epoch_eval is not None:
+            ctx.sampler.update_weights(params, 0)
     s = result.summary
     last = s["by_epoch"][max(s["by_epoch"])] if s["by_epoch"] else {}
-    _say(ctx, f"train: {s['updates_run']} updates on {s['pairs_trained']} pairs in {s['seconds']:.1f} s; "
-              f"last epoch loss {last.get('loss', float('nan')):.4f}, margin "
-              f"{last.get('rewards/margin', float('nan')):.4f}; adapter in {result.adapter_dir}")
+    _say(ctx, f"train ({s['objective']}): {s['updates_run']} updates on {s['pairs_trained']} pairs in "
+              f"{s['seconds']:.1f} s; last epoch loss {last.get('loss', float('nan')):.4f}, margin "
+              f"{last.get('rewards/margin', float('nan')):.4f}; epochs run {s['epochs_run']}, best held-out epoch "
+              f"{s['best_epoch']}, exported epoch {s['exported_epoch']}; adapter in {result.adapter_dir}")
     return s
+
+
+def _epoch_eval(ctx: Context, questions: list[dict[str, Any]], run: str):
+    """Greedy accuracy of ``(merged params, epoch)`` on the held-out questions, rows in
+    ``train/heldout/<run>/epoch_K.jsonl`` (``run``: the training fingerprint, so rows of another run
+    in the same workdir are never reused)."""
+    from jaxdebate.coherence import evaluate as ev
+    from jaxdebate.data import Item
+
+    cfg = ctx.config
+    items = [Item(id=str(q["id"]), problem=q["question"], answer=q["gold"]) for q in questions]
+    out = ctx.workdir / "train" / "heldout" / f"{run}-{cfg.sampler.max_new_tokens}"
+
+    def evaluate(merged: Any, epoch: int) -> dict[str, Any]:
+        ctx.sampler.update_weights(merged, epoch)
+        rows = ev.evaluate(items, ctx.sampler, ctx.tokenizer, ctx.grader, out / f"epoch_{epoch}.jsonl",
+                           max_tokens=cfg.sampler.max_new_tokens, batch_size=cfg.eval.batch_size,
+                           label=f"held-out epoch {epoch}", temperature=0.0, fmt=cfg.answer_format,
+                           progress=ctx.progress)
+        figures = ev.accuracy_summary(rows)
+        return {f"heldout/{k}": figures[k] for k in ("accuracy", "n", "format_rate", "strict_accuracy",
+                                                      "lenient_accuracy")}
+
+    return evaluate
 
 
 def evaluate(ctx: Context) -> dict[str, Any]:

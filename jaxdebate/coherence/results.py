@@ -3,7 +3,8 @@
     python -m jaxdebate.coherence.results runs/coherence_cpu --out results/coherence
 
 writes ``summary.json`` (``n_questions``, ``pairs`` by type, per evaluation set the ``base`` and
-``dpo`` accuracy with its Wilson 95% interval and ``n``, and McNemar's exact p on the same items),
+``dpo`` accuracy with its Wilson 95% interval, ``n`` and format rate, and McNemar's exact p on the
+same items; many runs: :mod:`jaxdebate.coherence.report`),
 ``pairs_summary.json``, the stage timings, and the first rows of every evaluation JSONL (no weights).
 """
 
@@ -54,7 +55,9 @@ def results_summary(workdir: str | Path) -> dict[str, Any]:
         for side in ("base", "dpo"):
             k = s[f"{side}_correct"]
             out[side][d.name] = {"accuracy": k / n if n else None, "ci95": list(wilson_interval(k, n)), "n": n,
-                                 "correct": k}
+                                 "correct": k, "format_rate": s.get(f"{side}_format_rate"),
+                                 "strict_accuracy": s.get(f"{side}_strict_accuracy"),
+                                 "lenient_accuracy": s.get(f"{side}_lenient_accuracy")}
         out["mcnemar_p"][d.name] = mcnemar_test(s["only_base_correct"], s["only_dpo_correct"])
     stages = workdir / "stages"
     if stages.is_dir():

@@ -1,9 +1,13 @@
-"""DPO training of a LoRA adapter: the jitted update (pure) and the epoch loop (thin stateful shell).
+"""Preference training (DPO, RPO or SFT, ``dpo.objective``) of a LoRA adapter: the jitted update
+(pure) and the epoch loop (thin stateful shell).
 
 The base parameters stay frozen; only the adapter and its optimiser state change. The reference policy
 is the base model without adapter, so its sequence log-probs are computed once before training.
 Each update accumulates gradients over ``grad_accumulation`` micro-batches of ``batch_size`` pairs
 inside one compiled ``lax.scan``; gradients are normalised by the number of real pairs in the update.
+With held-out pairs or a held-out evaluation every epoch (and the base, as epoch 0) is validated
+(:mod:`jaxdebate.coherence.validation`, ``train/epochs.jsonl``); ``dpo.early_stopping`` stops after
+``dpo.patience`` epochs without a better held-out accuracy and exports the best epoch's adapter.
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ import numpy as np
 import optax
 
 from jaxdebate.checkpointer import Checkpointer
-from jaxdebate.coherence import batching
+from jaxdebate.coherence import batching, jsonl, validation
 from jaxdebate.coherence.config import CoherenceConfig, DPOConfig
-from jaxdebate.coherence.dpo import dpo_loss, sequence_logprobs
+from jaxdebate.coherence.dpo import objective_loss, sequence_logprobs
 from jaxdebate.configlib import to_dict
 from jaxdebate.data.stream import epoch_order
 from jaxdebate.errors import ConfigError, DataError
@@ -64,7 +68,7 @@ def make_ref_fn(model_config: Any, chunk_size: int = 1024) -> Callable:
 
 @functools.lru_cache(maxsize=8)
 def make_update_fn(model_config: Any, lora_scale: float, beta: float, max_grad_norm: float, weight_decay: float,
-                   chunk_size: int = 1024):
+                   chunk_size: int = 1024, objective: str = "dpo", rpo_alpha: float = 1.0):
     """``update(adapter, opt_state, base, batch, lr) -> (adapter, opt_state, metrics)``, jitted (and
     cached, so repeated runs in one process compile once).
 
@@ -77,7 +81,9 @@ def make_update_fn(model_config: Any, lora_scale: float, beta: float, max_grad_n
         merged = lora.merge(base, adapter, lora_scale)
         seq = policy_logps(merged, model_config, mb["tokens"], mb["mask"], mb["completion_mask"], chunk_size)
         b = mb["weights"].shape[0]
-        _, metrics = dpo_loss(seq[:b], seq[b:], mb["ref_chosen"], mb["ref_rejected"], beta, mb["weights"])
+        n_chosen = jnp.sum(mb["completion_mask"][:b], axis=-1)
+        _, metrics = objective_loss(seq[:b], seq[b:], mb["ref_chosen"], mb["ref_rejected"], n_chosen,
+                                    objective=objective, beta=beta, rpo_alpha=rpo_alpha, weights=mb["weights"])
         count = jnp.sum(mb["weights"])
         sums = {k: v * count for k, v in metrics.items()}  # per-micro means -> sums over real pairs
         return sums["loss"], sums
@@ -122,11 +128,16 @@ def reference_logps(
     return chosen, rejected
 
 
+_LATER_DEFAULTS = {"objective": "dpo", "rpo_alpha": 1.0, "early_stopping": False, "patience": 1}
+
+
 def run_fingerprint(cfg: CoherenceConfig, pairs: Sequence[Mapping[str, Any]]) -> str:
     """A hash of what determines the trained adapter except the epoch count (pairs, model, LoRA and the
     DPO settings), so a resumed run refuses checkpoints of a different run; raising ``dpo.epochs`` and
     resuming continues the same run."""
-    settings = {k: v for k, v in to_dict(cfg.dpo).items() if k != "epochs"}
+    # fields added after the first runs count only when set, so those runs' checkpoints still resume
+    settings = {k: v for k, v in to_dict(cfg.dpo).items()
+                if k != "epochs" and not (k in _LATER_DEFAULTS and v == _LATER_DEFAULTS[k])}
     blob = json.dumps(
         [to_dict(cfg.model), to_dict(cfg.lora), settings, *([cfg.protocol] if cfg.protocol != "seed" else []),
          [(p["question"], p["chosen"], p["rejected"], p.get("chosen_finish_reason"), p.get("rejected_finish_reason"))
@@ -138,12 +149,22 @@ def run_fingerprint(cfg: CoherenceConfig, pairs: Sequence[Mapping[str, Any]]) ->
 
 @dataclasses.dataclass
 class TrainResult:
-    """What training produced: the adapter, per-update metrics and where the PEFT adapter was written."""
+    """What training produced: the exported adapter (the best epoch's under early stopping, else the
+    last), per-update metrics, the per-epoch log and where the PEFT adapter was written."""
 
     adapter: lora.Adapter
     history: list[dict[str, float]]
     adapter_dir: Path | None
     summary: dict[str, Any]
+    epochs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+def _copy(tree: Any) -> Any:
+    """A host copy that the next update's buffer donation cannot overwrite."""
+    return jax.tree_util.tree_map(lambda x: np.array(x, copy=True), tree)
+
+
+EpochEval = Callable[[Any, int], Mapping[str, Any]]  # (merged params, epoch) -> heldout/... figures
 
 
 def train(
@@ -156,17 +177,24 @@ def train(
     *,
     progress: bool = True,
     checkpoints: bool = True,
+    heldout_pairs: Sequence[Mapping[str, Any]] = (),
+    epoch_eval: EpochEval | None = None,
 ) -> TrainResult:
-    """Train a LoRA adapter with DPO on ``pairs``; checkpoint after every epoch (resuming from the
-    latest one found under ``workdir/train/checkpoints``), log metrics, and export the adapter in the
-    PEFT format to ``workdir/adapter``."""
+    """Train a LoRA adapter on ``pairs`` with ``dpo.objective``; validate every epoch on
+    ``heldout_pairs`` and with ``epoch_eval`` (the held-out greedy accuracy) when given; checkpoint
+    after every epoch (resuming from the latest one under ``workdir/train/checkpoints``), log metrics,
+    and export the adapter in the PEFT format to ``workdir/adapter``."""
     from tqdm.auto import tqdm
 
     workdir = Path(workdir)
     d = cfg.dpo
+    if d.early_stopping and epoch_eval is None:
+        raise ConfigError("dpo.early_stopping needs the held-out greedy evaluation: set pairs.heldout_fraction > 0 "
+                          "and rerun the pairs stage")
     encoded = batching.encode_pairs(pairs, tokenizer, d.max_length, cfg.answer_format)
     if not encoded.pairs:
         raise DataError(f"no trainable pairs: {len(pairs)} pairs given, {encoded.n_dropped} dropped as too long")
+    held = batching.encode_pairs(heldout_pairs, tokenizer, d.max_length, cfg.answer_format).pairs if heldout_pairs else ()
     n = len(encoded.pairs)
     per_update = d.batch_size * d.grad_accumulation
     steps_per_epoch = math.ceil(n / per_update)
@@ -176,12 +204,25 @@ def train(
 
     started = time.perf_counter()
     chunk = cfg.model.logprob_chunk
-    ref_chosen, ref_rejected = reference_logps(make_ref_fn(model_config, chunk), base, encoded.pairs, d, tokenizer.pad_id)
+    ref_fn = make_ref_fn(model_config, chunk)
+    ref_chosen, ref_rejected = reference_logps(ref_fn, base, encoded.pairs, d, tokenizer.pad_id)
+    held_ref = reference_logps(ref_fn, base, held, d, tokenizer.pad_id) if held else None
     ref_seconds = time.perf_counter() - started
 
+    def validate(adapter: Any, epoch: int) -> dict[str, Any]:
+        merged = lora.merge(base, adapter, cfg.lora.scale)
+        row: dict[str, Any] = {}
+        if held:
+            pc, pr = reference_logps(ref_fn, merged, held, d, tokenizer.pad_id)
+            row.update(validation.pair_metrics(pc, pr, *held_ref, np.array([len(p.chosen) for p in held]), d))
+        if epoch_eval is not None:
+            row.update(epoch_eval(merged, epoch))
+        return row
+
+    validating = bool(held) or epoch_eval is not None
     adapter = lora.init(base, cfg.lora, jax.random.PRNGKey(d.seed))
     opt_state = optimizer.init(adapter)
-    first_epoch = 0
+    first_epoch, epochs, stopped = 0, [], False
     fingerprint = run_fingerprint(cfg, pairs)
     ckpt = Checkpointer(workdir / "train" / "checkpoints", keep_last=d.epochs) if checkpoints else None
     if ckpt is not None and ckpt.latest_step() is not None:
@@ -193,8 +234,17 @@ def train(
             )
         state, meta = ckpt.restore(target={"adapter": adapter, "opt_state": opt_state})
         adapter, opt_state = state["adapter"], state["opt_state"]
-        first_epoch = int(meta["epoch"])
-    update = make_update_fn(model_config, cfg.lora.scale, d.beta, d.max_grad_norm, d.weight_decay, chunk)
+        first_epoch, epochs, stopped = int(meta["epoch"]), list(meta.get("epochs", [])), bool(meta.get("stopped"))
+    best = validation.best_epoch(epochs) if d.early_stopping else None
+    if best is not None and best != first_epoch:  # the best adapter of an early-stopped run is an older checkpoint
+        kept = ckpt.restore(best, target={"adapter": adapter, "opt_state": opt_state})[0]["adapter"]
+        best_adapter = _copy(kept)
+    else:
+        best_adapter = _copy(adapter)
+    if validating and first_epoch == 0:  # the base model, before the first update
+        epochs = [{"epoch": 0, **validate(adapter, 0)}]
+    update = make_update_fn(model_config, cfg.lora.scale, d.beta, d.max_grad_norm, d.weight_decay, chunk,
+                            d.objective, d.rpo_alpha)
     log = cfg.logging
     writer = MetricWriter(
         workdir / "train", tensorboard=log.tensorboard, wandb_project=log.wandb_project if log.wandb else None,
@@ -204,9 +254,11 @@ def train(
 
     history: list[dict[str, float]] = []
     step = first_epoch * steps_per_epoch
-    bar = tqdm(total=total, initial=step, desc="dpo", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(total=total, initial=step, desc=d.objective, disable=not progress, dynamic_ncols=True)
     try:
         for epoch in range(first_epoch, d.epochs):
+            if stopped:
+                break
             for idx in batching.updates(epoch_order(n, d.seed, epoch), per_update):
                 arr = batching.make_update(
                     encoded.pairs, idx, batch_size=d.batch_size, grad_accumulation=d.grad_accumulation,
@@ -232,26 +284,42 @@ def train(
                 bar.update(1)
                 bar.set_postfix(loss=f"{metrics['loss']:.4f}", margin=f"{metrics['rewards/margin']:.3f}",
                                 gnorm=f"{metrics['grad_norm']:.3g}")
+            epochs.append({"epoch": epoch + 1, "step": step, **validation.epoch_means(history, epoch + 1),
+                           **(validate(adapter, epoch + 1) if validating else {})})
+            if not d.early_stopping or validation.best_epoch(epochs) == epoch + 1:
+                best_adapter = _copy(adapter)
+            stopped = d.early_stopping and validation.should_stop(epochs, d.patience)
             if ckpt is not None:
                 ckpt.save(epoch + 1, {"adapter": adapter, "opt_state": opt_state},
-                          metadata={"epoch": epoch + 1, "step": step, "fingerprint": fingerprint})
+                          metadata={"epoch": epoch + 1, "step": step, "fingerprint": fingerprint, "epochs": epochs,
+                                    "stopped": stopped})
+            jsonl.write_records(workdir / "train" / "epochs.jsonl", epochs)
     finally:
         bar.close()
         writer.close()
         if ckpt is not None:
             ckpt.close()
 
-    adapter_dir = peft_export.save(workdir / "adapter", adapter, cfg.lora, base_model=cfg.model.source)
+    if epochs:
+        jsonl.write_records(workdir / "train" / "epochs.jsonl", epochs)
+    adapter_dir = peft_export.save(workdir / "adapter", best_adapter, cfg.lora, base_model=cfg.model.source)
     summary = _summary(history, encoded, len(pairs), steps_per_epoch, d.epochs, time.perf_counter() - started, ref_seconds)
+    trained = [int(r["epoch"]) for r in epochs if int(r["epoch"]) >= 1]
+    summary.update(
+        objective=d.objective, seed=d.seed, heldout_pairs=len(held), epochs_run=max(trained, default=first_epoch),
+        stopped_early=stopped, best_epoch=validation.best_epoch(epochs),
+        exported_epoch=validation.best_epoch(epochs) if d.early_stopping else max(trained, default=first_epoch),
+        epochs_log=epochs,
+    )
     (workdir / "train" / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return TrainResult(adapter, history, adapter_dir, summary)
+    return TrainResult(best_adapter, history, adapter_dir, summary, epochs)
 
 
 def _summary(history, encoded, n_given, steps_per_epoch, epochs, seconds, ref_seconds) -> dict[str, Any]:
     by_epoch: dict[int, list[dict[str, float]]] = {}
     for h in history:
         by_epoch.setdefault(int(h["epoch"]), []).append(h)
-    keys = ("loss", "rewards/margin", "rewards/accuracy", "grad_norm")
+    keys = [k for k in validation.TRAIN_KEYS if history and k in history[0]]
     return {
         "pairs_given": n_given,
         "pairs_trained": len(encoded.pairs),

@@ -82,3 +82,27 @@ def test_eval_dir_is_one_name_inside_the_workdir_and_configs_load():
     cpu = load_config("configs/coherence_cpu.py", [], expected=CoherenceConfig)
     assert cpu.protocol == "answer_line" and cpu.data.train.endswith("slice=0:100")
     assert cpu.data.eval.endswith("slice=100:400")
+
+
+def test_v2_config_and_its_variants_differ_only_where_they_say():
+    """configs/coherence_v2.py (issue 28): every variant shares the collection and the split, and
+    differs from the dpo variant only in the fields its overrides name."""
+    base = load_config(ROOT / "configs" / "coherence_v2.py")  # puts the configs package on sys.path
+    from configs.coherence_v2 import VARIANTS
+
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+
+    assert base.collect.canonical_twins and base.pairs.source == "canonical" and base.dpo.early_stopping
+    assert base.data.n_questions == 500 and base.pairs.heldout_fraction == 0.2  # 400 training questions
+    assert base.pairs.gap_noise_z == 2.0 and base.collect.rollouts.endswith("rollouts.jsonl")
+    assert {"dpo", "sft", "rpo", "dpo-correctness", "dpo-coherence", "dpo-beta0.3", "dpo-1epoch", "dpo-3epochs"} <= set(VARIANTS)
+    for name, overrides in VARIANTS.items():
+        cfg = load_config(ROOT / "configs" / "coherence_v2.py", [f"variant={name}", *overrides])
+        changed = {k for k, v in flat(to_dict(cfg)).items() if flat(to_dict(base))[k] != v}
+        assert changed <= {"variant"} | {o.split("=")[0] for o in overrides}, (name, changed)
+    smoke = load_config(ROOT / "configs" / "coherence_v2_smoke.py")
+    assert smoke.model.source == "tiny" and smoke.pairs.source == "canonical" and smoke.dpo.early_stopping

@@ -91,3 +91,118 @@ def test_summary_counts_by_type():
     assert summary["questions_none_correct"] == 1
     assert summary["accuracy_by_arm"] == {"a": 2 / 3, "b": 2 / 3, "w": 1 / 3}
     assert summary["trajectory_accuracy"] == 5 / 9
+
+
+# --- issue 28: pair kinds, canonical twins, the measured coherence threshold, the held-out split ---
+
+import math
+
+import pytest
+
+from jaxdebate.coherence.pairs import coherence_threshold, gap_noise, heldout_ids, heldout_questions
+from jaxdebate.errors import DataError
+
+
+def scored(name, correct, quality, text, role="variance", cls=0, **extra):
+    return {**traj(name, correct, quality, text, role), "answer_class": cls if correct else 9, **extra}
+
+
+def probed_record(variance, qid="q0", canonical=None):
+    """A question with the three probes (A: 'a b c', A': 'a b d', both answer class 0) and the given
+    variance trajectories (and canonical twins)."""
+    rec = record([*variance, scored("A", True, 0.5, "a b c", "A"), scored("Ap", True, 0.5, "a b d", "A_prime"),
+                  scored("CF", True, 0.5, "zz", "CF1")], qid)
+    if canonical is not None:
+        rec["canonical"] = canonical
+    return rec
+
+
+def test_kind_keeps_one_pair_type_or_both():
+    rec = record([traj("c_hi", True, 0.9), traj("c_lo", True, 0.5), traj("w", False, 0.1)])
+    rules = dict(max_correctness_pairs_per_question=100, max_coherence_pairs_per_question=100)
+    both = [p["pair_type"] for p in question_pairs(rec, PairRules(**rules))]
+    assert both == ["correctness", "correctness", "coherence"]
+    assert [p["pair_type"] for p in question_pairs(rec, PairRules(kind="correctness", **rules))] == ["correctness"] * 2
+    assert [p["pair_type"] for p in question_pairs(rec, PairRules(kind="coherence", **rules))] == ["coherence"]
+
+
+def test_canonical_source_pairs_the_twins_with_their_sampled_tokens():
+    twins = [{**scored("w0", True, 0.8, "twin right", tokens=[5, 6, 2]), "prompt": "canonical"},
+             {**scored("w1", False, 0.2, "twin wrong", tokens=[7, 2]), "prompt": "canonical"}]
+    rec = probed_record([scored("v", True, 0.9, "persona right"), scored("x", False, 0.1, "persona wrong")],
+                        canonical=twins)
+    rules = PairRules(source="canonical", max_correctness_pairs_per_question=100)
+    pairs = question_pairs(rec, rules)
+    assert [(p["chosen"], p["rejected"]) for p in pairs] == [("twin right", "twin wrong")]
+    assert pairs[0]["chosen_tokens"] == [5, 6, 2] and pairs[0]["rejected_tokens"] == [7, 2]
+    assert pairs[0]["source"] == "canonical"
+    legacy = question_pairs(rec, PairRules(max_correctness_pairs_per_question=100))
+    assert all("chosen_tokens" not in p and p["source"] == "arm" for p in legacy)
+    with pytest.raises(DataError, match="canonical_twins"):
+        question_pairs(probed_record([scored("v", True, 0.9, "t")]), rules)
+
+
+def test_gap_noise_by_hand_sets_the_coherence_threshold():
+    # s_p = 1/2 [same answer] + 1/2 Jaccard(words, probe p); probes A = {a,b,c}, A' = {a,b,d}
+    # v1 'a b c': s_A = 1, s_A' = 0.75 ; v2 'x y': s_A = 0.5, s_A' = 0.5 ; the wrong one is not measured
+    # d = (1 - 0.4) * ((1 - 0.5) - (0.75 - 0.5)) = 0.15 -> se = sqrt(0.15^2) / 2 = 0.075
+    rec = probed_record([scored("v1", True, 0.80, "a b c"), scored("v2", True, 0.62, "x y"),
+                         scored("w", False, 0.1, "a b c d")])
+    noise = gap_noise([rec], PairRules(), conciseness_weight=0.4)
+    assert noise["pairs_measured"] == 1 and noise["se"] == pytest.approx(0.075)
+    t = coherence_threshold([rec], PairRules(gap_noise_z=2.0))
+    assert t["threshold"] == pytest.approx(0.15) and t["floor"] == 0.01
+    assert coherence_threshold([rec], PairRules())["threshold"] == 0.01  # z = 0: the fixed floor
+    assert coherence_threshold([rec], PairRules(gap_noise_z=0.1, quality_gap=0.05))["threshold"] == 0.05
+
+    # v1 over v2 has a gap of 0.18 > 0.15: kept; v1 over A (0.30) too, but A' over v2 (0.5-0.62 < 0) not
+    rules = PairRules(gap_noise_z=2.0, kind="coherence", max_coherence_pairs_per_question=100)
+    coh = [(p["chosen_arm"], p["rejected_arm"]) for p in build_pairs([rec], rules)]
+    assert ("v1", "v2") in coh and all(b != "v1" for _, b in coh)
+    # a gap of 0.12 is below the measured threshold, though far above the old 0.01
+    rec["trajectories"][1]["quality"] = 0.68
+    many = dict(kind="coherence", max_coherence_pairs_per_question=100)
+    coh = [(p["chosen_arm"], p["rejected_arm"]) for p in build_pairs([rec], PairRules(gap_noise_z=2.0, **many))]
+    assert ("v1", "v2") not in coh
+    assert ("v1", "v2") in [(p["chosen_arm"], p["rejected_arm"]) for p in build_pairs([rec], PairRules(**many))]
+
+
+def test_heldout_split_is_by_question_deterministic_and_order_free():
+    ids = [f"q{i}" for i in range(50)]
+    held = heldout_ids(ids, 0.2, seed=3)
+    assert len(held) == 10 and held == heldout_ids(list(reversed(ids)), 0.2, seed=3)
+    assert held != heldout_ids(ids, 0.2, seed=4)
+    assert heldout_ids(ids, 0.0) == frozenset() and len(heldout_ids(ids[:3], 0.01)) == 1
+    assert len(heldout_ids(ids[:2], 0.9)) == 1  # never every question
+
+    recs = [record([traj("a", True, 0.9), traj("b", True, 0.5), traj("w", False, 0.2)], f"q{i}") for i in range(10)]
+    rules = PairRules(heldout_fraction=0.3, split_seed=1)
+    pairs = build_pairs(recs, rules)
+    split_of = {}
+    for p in pairs:
+        assert split_of.setdefault(p["question_id"], p["split"]) == p["split"]  # a question is never split
+    held = heldout_ids([r["id"] for r in recs], 0.3, 1)
+    assert {q for q, s in split_of.items() if s == "heldout"} == held and len(held) == 3
+    assert [q["id"] for q in heldout_questions(recs, rules)] == [r["id"] for r in recs if r["id"] in held]
+    summary = pairs_summary(recs, pairs, rules)
+    assert summary["split"]["heldout"]["questions"] == 3 and summary["split"]["train"]["questions"] == 7
+    assert summary["split"]["heldout"]["pairs"] + summary["split"]["train"]["pairs"] == len(pairs)
+    assert summary["split"]["heldout"]["pairs"] == sum(p["split"] == "heldout" for p in pairs) > 0
+
+
+def test_summary_counts_mixed_questions_per_source():
+    twin = lambda name, ok: {**scored(name, ok, 0.5, f"twin {name}", tokens=[1]), "prompt": "canonical"}  # noqa: E731
+    recs = [
+        probed_record([scored("v", True, 0.5, "r"), scored("w", False, 0.5, "x")], "mixed_both",
+                      canonical=[twin("a", True), twin("b", False)]),
+        probed_record([scored("v", True, 0.5, "r")], "mixed_twins_only", canonical=[twin("a", True), twin("b", False)]),
+        probed_record([scored("v", True, 0.5, "r"), scored("w", False, 0.5, "x")], "mixed_arms_only",
+                      canonical=[twin("a", False), twin("b", False)]),
+    ]
+    arms = pairs_summary(recs, build_pairs(recs))
+    assert arms["questions_mixed"] == 2 and arms["questions_mixed_by_source"] == {"arms": 2, "canonical": 2}
+    rules = PairRules(source="canonical")
+    canonical = pairs_summary(recs, build_pairs(recs, rules), rules)
+    assert canonical["questions_mixed"] == 2 and canonical["source"] == "canonical"
+    assert canonical["canonical_trajectory_accuracy"] == pytest.approx(2 / 6)
+    assert math.isclose(canonical["coherence_gap"]["threshold"], 0.01)

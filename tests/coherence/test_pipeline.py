@@ -187,3 +187,126 @@ def test_results_export_holds_the_headline_figures(smoke_run, tmp_path):
     heads = sorted(p.name for p in (tmp_path / "out" / "eval").iterdir())
     assert heads == ["base_head.jsonl", "comparison_head.jsonl", "dpo_head.jsonl", "summary.json"]
     assert not list((tmp_path / "out").rglob("*.safetensors"))
+
+
+# --- issue 28: the v2 pipeline (shared rollouts, canonical pairs, held-out validation, variants x seeds,
+# the multi-run report) on the answering chain model -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def v2_runs(tmp_path_factory):
+    """Three runs over one shared collection: dpo seeds 1 and 2, sft seed 1; then the report."""
+    from jaxdebate.coherence import report
+
+    root = tmp_path_factory.mktemp("coherence_v2")
+    model = answer_chain_model(root / "model")
+    common = [
+        "--config", "configs/coherence_v2_smoke.py", "--no-progress",
+        "--set", f"model.source={model}",
+        "--set", f"collect.rollouts={root / 'rollouts.jsonl'}",
+        "--set", f"data.train={write_questions(root / 'train.jsonl', [7, 8, 7, 8, 7, 8])}",
+        "--set", f"data.eval={write_questions(root / 'eval.jsonl', [7, 8, 8])}",
+    ]
+    runs = root / "runs"
+    assert main(["all", *common, "--workdir", str(runs / "dpo-seed1"), "--set", "dpo.seed=1"]) == 0
+    for name, extra in (("dpo-seed2", ["dpo.seed=2"]), ("sft-seed1", ["dpo.seed=1", "dpo.objective=sft", "variant=sft"])):
+        for stage in ("pairs", "train", "eval"):
+            sets = [x for e in extra for x in ("--set", e)]
+            assert main([stage, *common, "--workdir", str(runs / name), *sets]) == 0
+    assert report.main([str(runs), "--out", str(root / "results")]) == 0
+    return root, runs
+
+
+def test_v2_pairs_are_canonical_split_by_question_and_counted(v2_runs):
+    root, runs = v2_runs
+    run = runs / "dpo-seed1"
+    assert (root / "rollouts.jsonl").is_file() and not (run / "rollouts.jsonl").exists()  # one shared collection
+    records = jsonl.read_records(root / "rollouts.jsonl")
+    assert len(records) == 6 and all(len(r["canonical"]) == 11 for r in records)
+    pairs = jsonl.read_records(run / "pairs.jsonl")
+    assert pairs and all(p["source"] == "canonical" and p["chosen_tokens"] for p in pairs)
+    twins = {(r["id"], t["text"]): t["tokens"] for r in records for t in r["canonical"]}
+    assert all(twins[(p["question_id"], p["chosen"])] == p["chosen_tokens"] for p in pairs)
+    held = {q["id"] for q in jsonl.read_records(run / "heldout_questions.jsonl")}
+    assert len(held) == 2
+    assert {p["question_id"] for p in pairs if p["split"] == "heldout"} <= held
+    assert not {p["question_id"] for p in pairs if p["split"] == "train"} & held
+
+    summary = json.loads((run / "pairs_summary.json").read_text())
+    mixed = sum(any(t["correct"] for t in r["canonical"]) and not all(t["correct"] for t in r["canonical"])
+                for r in records)
+    assert summary["questions_mixed"] == mixed == summary["questions_mixed_by_source"]["canonical"] > 0
+    gap = summary["coherence_gap"]
+    assert gap["z"] == 2.0 and gap["se"] > 0 and gap["threshold"] == max(0.01, 2.0 * gap["se"])
+    assert all(p["quality_gap"] > gap["threshold"] for p in pairs if p["pair_type"] == "coherence")
+    assert summary["split"]["heldout"]["questions"] == 2 and summary["split"]["train"]["questions"] == 4
+    assert summary["split"]["train"]["pairs"] == sum(p["split"] == "train" for p in pairs)
+    # the same shared rollouts give every variant the same pairs
+    assert jsonl.read_records(runs / "sft-seed1" / "pairs.jsonl") == pairs
+
+
+def test_v2_training_validates_every_epoch_and_reports_format(v2_runs):
+    _, runs = v2_runs
+    run = runs / "dpo-seed1"
+    epochs = jsonl.read_records(run / "train" / "epochs.jsonl")
+    train_summary = json.loads((run / "train" / "summary.json").read_text())
+    assert [e["epoch"] for e in epochs][0] == 0 and len(epochs) == train_summary["epochs_run"] + 1
+    assert train_summary["exported_epoch"] == train_summary["best_epoch"] >= 1
+    for e in epochs:
+        assert e["heldout/n"] == 2 and 0 <= e["heldout/accuracy"] <= 1 and 0 <= e["heldout/format_rate"] <= 1
+    (rows_dir,) = (run / "train" / "heldout").iterdir()
+    base_rows = jsonl.read_records(rows_dir / "epoch_0.jsonl")
+    assert epochs[0]["heldout/accuracy"] == sum(r["correct"] for r in base_rows) / 2
+    assert epochs[0]["heldout/format_rate"] == sum(r["format_ok"] for r in base_rows) / 2
+    for r in base_rows:  # strict: an 'Answer: N' line, right; lenient: the number extraction, right
+        assert r["format_ok"] == (r["answer_strict"] is not None)
+        assert r["correct_strict"] == (r["answer_strict"] == r["gold"])
+    ev = json.loads((run / "eval" / "summary.json").read_text())
+    rows = jsonl.read_records(run / "eval" / "comparison.jsonl")
+    assert ev["dpo_format_rate"] == sum(r["dpo"]["format_ok"] for r in rows) / len(rows)
+    assert ev["base_strict_accuracy"] == sum(r["base"]["correct_strict"] for r in rows) / len(rows)
+    sft = json.loads((runs / "sft-seed1" / "train" / "summary.json").read_text())
+    assert sft["objective"] == "sft" and train_summary["objective"] == "dpo"
+
+
+def test_v2_report_per_variant_seed_and_evaluation_set(v2_runs):
+    from jaxdebate.coherence.evaluate import accuracy_summary
+    from jaxdebate.stats import mcnemar_test, t_interval
+
+    root, runs = v2_runs
+    out = root / "results"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["runs"] == 3 and summary["unfinished"] == [] and summary["warnings"] == []
+    assert set(summary["variants"]) == {"dpo", "sft"}
+    dpo, sft = summary["variants"]["dpo"], summary["variants"]["sft"]
+    assert set(dpo["seeds"]) == {"1", "2"} and set(sft["seeds"]) == {"1"}
+    assert sft["settings"]["objective"] == "sft" and dpo["settings"]["pairs_source"] == "canonical"
+    accs = []
+    for seed, name in (("1", "dpo-seed1"), ("2", "dpo-seed2")):
+        rows = jsonl.read_records(runs / name / "eval" / "comparison.jsonl")
+        want = accuracy_summary([r["dpo"] for r in rows])
+        got = dpo["seeds"][seed]["eval"]["eval"]
+        for key in ("accuracy", "ci95", "n", "format_rate", "strict_accuracy", "lenient_accuracy"):
+            assert got[key] == want[key], key
+        only_b = sum(r["base"]["correct"] and not r["dpo"]["correct"] for r in rows)
+        only_t = sum(r["dpo"]["correct"] and not r["base"]["correct"] for r in rows)
+        assert dpo["mcnemar_p"]["eval"][seed] == got["mcnemar_p"] == mcnemar_test(only_b, only_t)
+        accs.append(want["accuracy"])
+    level = dpo["seed_level"]["eval"]
+    assert level["n_seeds"] == 2 and level["mean"] == pytest.approx(sum(accs) / 2)
+    assert level["ci95"] == (list(t_interval(accs)) if t_interval(accs) else None)
+    assert "seed_level" not in sft  # one seed: no seed-level interval
+    assert summary["base"]["eval"]["n"] == 3 and summary["base"]["eval"]["format_rate"] is not None
+    assert set(dpo["curves"]) >= {"heldout/accuracy", "heldout/format_rate"} and "0" in dpo["curves"]["heldout/accuracy"]
+    png = (out / "epoch_curves.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000 and summary["plots"] == ["epoch_curves.png"]
+    table = (out / "table.md").read_text()
+    assert "| dpo | 1 | eval |" in table and "| sft | 1 | eval |" in table and "| dpo | mean of 2 | eval |" in table
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["dpo-seed1", "dpo-seed2", "sft-seed1"]
+    assert (out / "runs" / "dpo-seed1" / "train_epochs.jsonl").is_file()
+    # the seed is a real choice: the two dpo seeds trained different adapters
+    from jaxdebate.model import peft_export
+
+    a1, _ = peft_export.load(runs / "dpo-seed1" / "adapter")
+    a2, _ = peft_export.load(runs / "dpo-seed2" / "adapter")
+    assert not np.allclose(a1["self_attn"]["q_proj"]["lora_A"], a2["self_attn"]["q_proj"]["lora_A"])

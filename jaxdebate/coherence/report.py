@@ -1,0 +1,288 @@
+"""Results of many finished coherence runs (variants × seeds, issue 28) in one committable directory.
+
+    python -m jaxdebate.coherence.report runs/coherence-v2 --out results/coherence-v2
+
+Each argument is a run directory (``config.json`` + an evaluation) or a directory of them. A run is
+named by its variant (``variant`` in its config, else :func:`variant_name` of its settings) and its
+seed (``dpo.seed``). Written to ``--out``:
+
+* ``summary.json`` — per evaluation set the base model's figures; per variant its settings and, per
+  seed and evaluation set, ``accuracy``, ``ci95`` (Wilson), ``n``, ``format_rate``, strict and
+  lenient accuracy and ``mcnemar_p`` against the base on the same items; ``mcnemar_p`` per variant
+  (evaluation set → seed → p); for variants with two or more seeds the seed-level mean with its t
+  95% interval and the paired difference from the base (t test over seeds); per-epoch curves (mean
+  over seeds); the runs that had not finished (``unfinished``);
+* ``table.md`` — one row per variant, seed and evaluation set;
+* ``epoch_curves.png`` — held-out accuracy, format rate, pair loss and accuracy, and the chosen and
+  rejected log-prob displacement per epoch, one line per variant (mean over its seeds);
+* ``runs/<variant>-seed<k>/`` — each run's config, pairs summary, training summary and epoch log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxdebate.coherence import jsonl
+from jaxdebate.coherence.evaluate import accuracy_summary
+from jaxdebate.coherence.results import eval_dirs
+from jaxdebate.errors import DataError
+from jaxdebate.stats import mcnemar_test, one_sample_t, t_interval
+
+CURVES = (
+    ("heldout/accuracy", "held-out greedy accuracy"),
+    ("heldout/format_rate", "held-out format rate ('Answer: N' line)"),
+    ("heldout_pairs/loss", "held-out pair loss (objective)"),
+    ("heldout_pairs/accuracy", "held-out pair reward accuracy"),
+    ("heldout_pairs/chosen_delta", "held-out log π − log π_ref, chosen"),
+    ("heldout_pairs/rejected_delta", "held-out log π − log π_ref, rejected"),
+)
+FIGURES = ("accuracy", "ci95", "n", "correct", "format_rate", "strict_accuracy", "lenient_accuracy")
+
+
+def variant_name(config: Mapping[str, Any]) -> str:
+    """The run's ``variant`` or a name from its settings, e.g. ``dpo-both-canonical-b0.1-e3``."""
+    if config.get("variant"):
+        return str(config["variant"])
+    d, p = config["dpo"], config["pairs"]
+    objective = d.get("objective", "dpo")
+    name = f"{objective}-{p.get('kind', 'both')}-{p.get('source', 'arms')}-b{d['beta']:g}-e{d['epochs']}"
+    if objective == "rpo":
+        name += f"-a{d.get('rpo_alpha', 1.0):g}"
+    return name + ("-es" if d.get("early_stopping") else "")
+
+
+def find_runs(paths: Iterable[str | Path]) -> list[Path]:
+    """Run directories among ``paths`` and their immediate subdirectories (a run holds config.json)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if (p / "config.json").is_file():
+            out.append(p)
+        elif p.is_dir():
+            out += sorted(c for c in p.iterdir() if (c / "config.json").is_file())
+        else:
+            raise DataError(f"{p} is neither a coherence run (no config.json) nor a directory of runs")
+    return out
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _side(rows: Sequence[Mapping[str, Any]], side: str) -> dict[str, Any]:
+    return {k: v for k, v in accuracy_summary([r[side] for r in rows]).items() if k in FIGURES}
+
+
+def run_record(workdir: Path) -> dict[str, Any] | None:
+    """One run's figures (None when it has no finished evaluation): variant, seed, settings, per
+    evaluation set the base and tuned figures with McNemar's p, the epoch log and the pairs."""
+    config = json.loads((workdir / "config.json").read_text())
+    evals = eval_dirs(workdir)
+    if not evals:
+        return None
+    d, p = config["dpo"], config["pairs"]
+    record: dict[str, Any] = {
+        "workdir": str(workdir), "variant": variant_name(config), "seed": int(d.get("seed", 0)),
+        "settings": {"objective": d.get("objective", "dpo"), "rpo_alpha": d.get("rpo_alpha"), "beta": d["beta"],
+                     "epochs": d["epochs"], "early_stopping": d.get("early_stopping", False),
+                     "pairs_kind": p.get("kind", "both"), "pairs_source": p.get("source", "arms"),
+                     "heldout_fraction": p.get("heldout_fraction", 0.0)},
+        "eval": {}, "base": {}, "items": {},
+    }
+    for ev in evals:
+        rows = jsonl.read_records(ev / "comparison.jsonl")
+        summary = json.loads((ev / "summary.json").read_text())
+        only_base = sum(r["base"]["correct"] and not r["dpo"]["correct"] for r in rows)
+        only_tuned = sum(r["dpo"]["correct"] and not r["base"]["correct"] for r in rows)
+        record["base"][ev.name] = {**_side(rows, "base"), "dataset": summary.get("dataset")}
+        record["eval"][ev.name] = {**_side(rows, "dpo"), "mcnemar_p": mcnemar_test(only_base, only_tuned),
+                                   "only_base_correct": only_base, "only_tuned_correct": only_tuned}
+        record["items"][ev.name] = {r["id"]: bool(r["base"]["correct"]) for r in rows}
+    train = _read_json(workdir / "train" / "summary.json") or {}
+    record["train"] = {k: train.get(k) for k in ("objective", "epochs_run", "best_epoch", "exported_epoch",
+                                                 "stopped_early", "pairs_trained", "heldout_pairs", "updates_run")}
+    epochs = workdir / "train" / "epochs.jsonl"
+    record["epochs"] = jsonl.read_records(epochs) if epochs.is_file() else []
+    pairs = _read_json(workdir / "pairs_summary.json") or {}
+    record["pairs"] = {k: pairs.get(k) for k in ("questions", "questions_mixed", "questions_mixed_by_source",
+                                                 "pairs", "pairs_by_type", "split", "coherence_gap", "source", "kind")}
+    return record
+
+
+def _seed_level(values: Sequence[float], base: float | None) -> dict[str, Any]:
+    ci = t_interval(values)
+    out = {"n_seeds": len(values), "mean": float(np.mean(values)),
+           "sd": float(np.std(values, ddof=1)), "ci95": list(ci) if ci else None}
+    if base is not None:
+        test = one_sample_t([v - base for v in values])
+        out["vs_base"] = {"mean_difference": test["mean"], "ci95": test["ci95"], "p": test["p"]}
+    return out
+
+
+def _curves(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per curve key: epoch → mean over the runs that logged it."""
+    out: dict[str, dict[str, float]] = {}
+    for key, _ in CURVES:
+        by_epoch: dict[int, list[float]] = defaultdict(list)
+        for rec in records:
+            for row in rec["epochs"]:
+                if row.get(key) is not None:
+                    by_epoch[int(row["epoch"])].append(float(row[key]))
+        if by_epoch:
+            out[key] = {str(e): float(np.mean(v)) for e, v in sorted(by_epoch.items())}
+    return out
+
+
+def build_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ``summary.json`` of :func:`export` from :func:`run_record` results."""
+    seen: dict[tuple[str, int], str] = {}
+    for rec in records:
+        key = (rec["variant"], rec["seed"])
+        if key in seen:
+            raise DataError(f"{rec['workdir']} and {seen[key]} are both variant {key[0]!r} seed {key[1]}: "
+                            "give one a different variant (--set variant=...) or dpo.seed")
+        seen[key] = rec["workdir"]
+    base: dict[str, Any] = {}
+    warnings: list[str] = []
+    for rec in records:
+        for name, figures in rec["base"].items():
+            first = base.setdefault(name, {**figures, "items": rec["items"][name], "from": rec["workdir"]})
+            if first["items"] != rec["items"][name]:
+                warnings.append(f"{rec['workdir']}: the base model's per-item results on {name!r} differ from "
+                                f"{first['from']}'s (different items or settings)")
+    variants: dict[str, Any] = {}
+    for rec in sorted(records, key=lambda r: (r["variant"], r["seed"])):
+        v = variants.setdefault(rec["variant"], {"settings": rec["settings"], "seeds": {}, "mcnemar_p": {}})
+        v["seeds"][str(rec["seed"])] = {"eval": rec["eval"], "train": rec["train"], "pairs": rec["pairs"],
+                                        "workdir": rec["workdir"]}
+        for name, figures in rec["eval"].items():
+            v["mcnemar_p"].setdefault(name, {})[str(rec["seed"])] = figures["mcnemar_p"]
+    for label, v in variants.items():
+        runs = [r for r in records if r["variant"] == label]
+        v["curves"] = _curves(runs)
+        if len(runs) < 2:
+            continue
+        v["seed_level"] = {}
+        for name in sorted({n for r in runs for n in r["eval"]}):
+            acc = [r["eval"][name]["accuracy"] for r in runs if name in r["eval"]]
+            if len(acc) >= 2:
+                entry = _seed_level(acc, base.get(name, {}).get("accuracy"))
+                rates = [r["eval"][name]["format_rate"] for r in runs
+                         if r["eval"].get(name, {}).get("format_rate") is not None]
+                entry["format_rate_mean"] = float(np.mean(rates)) if rates else None
+                v["seed_level"][name] = entry
+    return {
+        "runs": len(records),
+        "base": {name: {k: x for k, x in b.items() if k not in ("items", "from")} for name, b in base.items()},
+        "variants": variants,
+        "warnings": warnings,
+    }
+
+
+def plot_curves(summary: Mapping[str, Any], path: Path) -> Path | None:
+    """``epoch_curves.png``: one panel per :data:`CURVES` key, one line per variant (None without data)."""
+    if not any(v["curves"] for v in summary["variants"].values()):
+        return None
+    import matplotlib
+
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(14, 7.5))
+    for ax, (key, title) in zip(axes.flat, CURVES):
+        for i, (label, v) in enumerate(sorted(summary["variants"].items())):
+            curve = v["curves"].get(key)
+            if curve:
+                epochs = [int(e) for e in curve]
+                ax.plot(epochs, list(curve.values()), "-o", color=f"C{i % 10}", markersize=3, label=label)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("epoch (0 = base)")
+        ax.grid(alpha=0.3)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def format_table(summary: Mapping[str, Any]) -> str:
+    """Markdown: the base per evaluation set, then one row per variant, seed and evaluation set."""
+
+    def acc(f: Mapping[str, Any]) -> str:
+        return f"{f['accuracy']:.3f} [{f['ci95'][0]:.3f}, {f['ci95'][1]:.3f}]"
+
+    def rate(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.3f}"
+
+    lines = ["| variant | seed | evaluation set | n | accuracy [95% CI] | format rate | strict | lenient "
+             "| McNemar p vs base |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, b in summary["base"].items():
+        lines.append(f"| base | – | {name} | {b['n']} | {acc(b)} | {rate(b['format_rate'])} | "
+                     f"{rate(b['strict_accuracy'])} | {rate(b['lenient_accuracy'])} | – |")
+    for label, v in summary["variants"].items():
+        for seed, s in v["seeds"].items():
+            for name, f in s["eval"].items():
+                lines.append(f"| {label} | {seed} | {name} | {f['n']} | {acc(f)} | {rate(f['format_rate'])} | "
+                             f"{rate(f['strict_accuracy'])} | {rate(f['lenient_accuracy'])} | {f['mcnemar_p']:.3g} |")
+        for name, e in v.get("seed_level", {}).items():
+            ci = "n/a" if e["ci95"] is None else f"[{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}]"
+            p = e.get("vs_base", {}).get("p")
+            p_text = "n/a" if p is None else f"{p:.3g} (t over seeds)"
+            lines.append(f"| {label} | mean of {e['n_seeds']} | {name} | – | {e['mean']:.3f} {ci} | "
+                         f"{rate(e['format_rate_mean'])} | – | – | {p_text} |")
+    return "\n".join(lines)
+
+
+def export(paths: Iterable[str | Path], out_dir: str | Path) -> Path:
+    """Write the results directory of the module docstring from the finished runs under ``paths``."""
+    out = Path(out_dir)
+    records, unfinished = [], []
+    for run in find_runs(paths):
+        rec = run_record(run)
+        (records if rec is not None else unfinished).append(rec if rec is not None else str(run))
+    if not records:
+        raise DataError(f"no finished coherence run (one with an evaluation) under {[str(p) for p in paths]}")
+    summary = build_summary(records)
+    summary["unfinished"] = unfinished
+    out.mkdir(parents=True, exist_ok=True)
+    summary["plots"] = [p.name for p in [plot_curves(summary, out / "epoch_curves.png")] if p is not None]
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "table.md").write_text(format_table(summary) + "\n")
+    for rec in records:
+        src, dst = Path(rec["workdir"]), out / "runs" / f"{rec['variant']}-seed{rec['seed']}"
+        dst.mkdir(parents=True, exist_ok=True)
+        for name in ("config.json", "pairs_summary.json", "train/summary.json", "train/epochs.jsonl"):
+            if (src / name).is_file():
+                shutil.copyfile(src / name, dst / name.replace("/", "_"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jaxdebate.coherence.report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", help="coherence run directories, or directories holding them")
+    parser.add_argument("--out", required=True, help="where to write the committable results")
+    args = parser.parse_args(argv)
+    try:
+        out = export(args.runs, args.out)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print((out / "table.md").read_text(), end="")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
