@@ -34,7 +34,7 @@ def _sd(values: Sequence[float]) -> float | None:
 def setting_report(rows: Sequence[Mapping[str, Any]], costs: Mapping[str, float], *, baseline: str, arm: str,
                    endpoint: str, items: int) -> dict[str, Any]:
     """One setting's figures from its ``summary.json`` run rows and each run's CPU seconds (by run
-    name ``<strategy>-seed<seed>``): the paired differences, their SD, the mean cost per finished
+    name ``<strategy>-seed<seed>``, :func:`run_cost`): the paired differences, their SD, the mean cost per finished
     run, and the item noise (mean binomial variance of the endpoint over ``items``) against the
     between-seed variance (pooled over the two arms)."""
     done = [r for r in rows if r.get("status") == "done" and r.get(endpoint) is not None]
@@ -76,12 +76,28 @@ def decide(reports: Mapping[str, Mapping[str, Any]], *, default: str, tie: float
             "halfwidth": halfwidth, "why": why}
 
 
+def run_cost(state: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> float | None:
+    """A run's CPU seconds without the step-0 validation: that validation is computed once per seed
+    and reused by the seed's other runs whatever the setting, so the run that computed it pays for
+    all of them. Its share is its wall time (``time/validation`` logged with step 1, unless step 0
+    was ``val/cached``) over the run's wall time."""
+    cpu, wall = state.get("cpu_time_s"), state.get("wall_time_s")
+    if cpu is None:
+        return None
+    cached = any(r.get("step") == 0 and r.get("val/cached") for r in records)
+    first = [r.get("time/validation") for r in records if r.get("step") == 1 and r.get("time/validation")]
+    share = 0.0 if cached or not first or not wall else min(1.0, float(first[-1]) / float(wall))
+    return float(cpu) * (1.0 - share)
+
+
 def _costs(setting_dir: Path) -> dict[str, float]:
     out = {}
     for path in sorted((setting_dir / "runs").glob("*/run.json")):
-        state = json.loads(path.read_text())
-        if state.get("cpu_time_s") is not None:
-            out[path.parent.name] = float(state["cpu_time_s"])
+        metrics = path.parent / "metrics.jsonl"
+        records = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.is_file() else []
+        cost = run_cost(json.loads(path.read_text()), records)
+        if cost is not None:
+            out[path.parent.name] = cost
     return out
 
 

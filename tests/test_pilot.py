@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from jaxdebate.pilot import decide, main, setting_report
+from jaxdebate.pilot import decide, main, run_cost, setting_report
 from jaxdebate.stats import blocks_for_halfwidth, t_quantile
 
 
@@ -71,3 +71,11 @@ def test_cli_writes_the_decision_next_to_the_settings(tmp_path, capsys):
     assert out["decision"]["setting"] == ("b4" if b4["variance_x_cost"] * 1.25 < b2["variance_x_cost"] else "b2")
     assert "| b2 | 3 |" in capsys.readouterr().out
     assert main([str(tmp_path / "missing")]) == 2
+
+
+def test_the_run_that_computed_step_0_does_not_pay_for_the_seeds_other_runs():
+    computed = [{"step": 0, "val/debate/accuracy/debate": 0.3}, {"step": 1, "time/validation": 500.0}]
+    reused = [{"step": 0, "val/cached": 1.0}, {"step": 1, "time/validation": 0.0}]
+    assert run_cost({"cpu_time_s": 2000.0, "wall_time_s": 1000.0}, computed) == pytest.approx(1000.0)
+    assert run_cost({"cpu_time_s": 2000.0, "wall_time_s": 1000.0}, reused) == pytest.approx(2000.0)
+    assert run_cost({"wall_time_s": 1000.0}, computed) is None
