@@ -10,33 +10,19 @@ import pytest
 
 from jaxdebate.checkpointer import Checkpointer
 from jaxdebate.coherence import batching, train, validation
-from jaxdebate.coherence.config import CoherenceConfig, DPOConfig, LoraConfig
+from jaxdebate.coherence.config import CoherenceConfig
 from jaxdebate.coherence.dpo import objective_loss
-from jaxdebate.config import LoggingConfig, ModelConfig
 from jaxdebate.configlib import apply_overrides
 from jaxdebate.data.stream import epoch_order
 from jaxdebate.errors import ConfigError
 from jaxdebate.model import lora, peft_export
 
-PAIRS = [
-    {"question": "What is 2+2?", "chosen": "2 plus 2 makes 4.\nAnswer: 4", "rejected": "I guess 5.\nAnswer: 5"},
-    {"question": "What is 3+3?", "chosen": "3 plus 3 makes 6.\nAnswer: 6", "rejected": "Maybe 7.\nAnswer: 7"},
-    {"question": "What is 1+4?", "chosen": "1 plus 4 makes 5.\nAnswer: 5", "rejected": "Hmm, 3.\nAnswer: 3"},
-    {"question": "What is 5+2?", "chosen": "5 plus 2 makes 7.\nAnswer: 7", "rejected": "Likely 9.\nAnswer: 9"},
-    {"question": "What is 6+1?", "chosen": "6 plus 1 makes 7.\nAnswer: 7", "rejected": "Say 8.\nAnswer: 8"},
-]
+from dpo_fixtures import PAIRS, tiny_cfg
+
 HELDOUT = [
     {"question": "What is 4+4?", "chosen": "4 plus 4 makes 8.\nAnswer: 8", "rejected": "Perhaps 9.\nAnswer: 9"},
     {"question": "What is 2+5?", "chosen": "2 plus 5 makes 7.\nAnswer: 7", "rejected": "Say 6.\nAnswer: 6"},
 ]
-
-
-def cfg_for(epochs=1, **dpo):
-    settings = dict(learning_rate=5e-3, epochs=epochs, batch_size=2, grad_accumulation=2, schedule="constant",
-                    length_bucket=64, max_length=128, beta=0.1)
-    settings.update(dpo)
-    return CoherenceConfig(model=ModelConfig(source="tiny"), lora=LoraConfig(rank=4, alpha=8.0),
-                           dpo=DPOConfig(**settings), logging=LoggingConfig(tensorboard=False, progress_bar=False))
 
 
 def test_objective_losses_by_hand():
@@ -70,7 +56,7 @@ def _first_update_nll(params, config, tokenizer, cfg):
 @pytest.mark.parametrize("objective", ["rpo", "sft"])
 def test_rpo_and_sft_train_the_chosen_likelihood(objective, tiny_model, tokenizer, tmp):
     params, config = tiny_model
-    cfg = cfg_for(epochs=3, objective=objective, rpo_alpha=0.5)
+    cfg = tiny_cfg(epochs=3, objective=objective, rpo_alpha=0.5)
     result = train.train(cfg, PAIRS, params, config, tokenizer, tmp, progress=False, checkpoints=False)
     nll0, ref_c = _first_update_nll(params, config, tokenizer, cfg)
     h = result.history
@@ -101,7 +87,7 @@ def test_early_stopping_exports_the_best_epoch_and_a_rerun_stays_stopped(tiny_mo
     """Held-out accuracy (scripted by epoch) peaks at epoch 2; with patience 2 training stops after
     epoch 4 and exports epoch 2's adapter; every epoch logged its held-out pair metrics."""
     params, config = tiny_model
-    cfg = apply_overrides(cfg_for(epochs=6), ["dpo.early_stopping=true", "dpo.patience=2", "pairs.heldout_fraction=0.2"])
+    cfg = apply_overrides(tiny_cfg(epochs=6), ["dpo.early_stopping=true", "dpo.patience=2", "pairs.heldout_fraction=0.2"])
     seen = []
 
     def epoch_eval(merged, epoch):
@@ -146,7 +132,7 @@ def test_early_stopping_needs_heldout_questions(tiny_model, tokenizer, tmp):
     with pytest.raises(ConfigError, match="pairs.heldout_fraction"):
         apply_overrides(CoherenceConfig(), ["dpo.early_stopping=true"])
     params, config = tiny_model
-    cfg = apply_overrides(cfg_for(), ["dpo.early_stopping=true", "pairs.heldout_fraction=0.2"])
+    cfg = apply_overrides(tiny_cfg(epochs=1), ["dpo.early_stopping=true", "pairs.heldout_fraction=0.2"])
     with pytest.raises(ConfigError, match="held-out greedy evaluation"):
         train.train(cfg, PAIRS, params, config, tokenizer, tmp, progress=False)
     with pytest.raises(ConfigError, match="dpo.objective"):
