@@ -16,19 +16,7 @@ from jaxdebate.sampling import Completion, JaxSampler, Sampler, SamplingParams
 from jaxdebate.sampling.jax_sampler import _sample
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
-SOURCE = "tiny:std=0.1,tie=false"  # untied, peakier than HF's 0.02 init: greedy paths vary
-
-
-@pytest.fixture(scope="module")
-def model():
-    return load(SOURCE)
-
-
-@pytest.fixture(scope="module")
-def sampler(model, tokenizer):
-    params, config = model
-    with JaxSampler(params, config, tokenizer) as s:
-        yield s
+SOURCE = "tiny:std=0.1,tie=false"  # the model of conftest.py's fixtures (another seed of it below)
 
 
 @pytest.fixture(scope="module")

@@ -6,24 +6,10 @@ from __future__ import annotations
 import jax
 import pytest
 
-from jaxdebate.model import load
-from jaxdebate.sampling import JaxSampler, Sampler, SamplingParams, StreamingSampler
+from jaxdebate.sampling import Sampler, SamplingParams, StreamingSampler
 from jaxdebate.sampling.memo import GreedyMemo, memoize_greedy
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=10)
-SOURCE = "tiny:std=0.1,tie=false"  # peaky enough that greedy paths differ between prompts
-
-
-@pytest.fixture(scope="module")
-def model():
-    return load(SOURCE)
-
-
-@pytest.fixture(scope="module")
-def sampler(model, tokenizer):
-    params, config = model
-    with JaxSampler(params, config, tokenizer) as s:
-        yield s
 
 
 @pytest.fixture(scope="module")
