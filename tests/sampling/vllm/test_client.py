@@ -523,16 +523,6 @@ def test_a_sync_that_finds_the_server_dead_restarts_it_with_the_new_weights(samp
     sampler.update_weights(params, 301)
 
 
-def test_close_stops_every_server_process(sampler):
-    pgid, sync_dir = sampler.server.pid, sampler._sync_dir
-    sampler.close()
-    with pytest.raises(ProcessLookupError):
-        os.killpg(pgid, 0)
-    assert not sync_dir.exists()
-    with pytest.raises(SamplerError, match="closed"):
-        sampler.generate([[1, 2]], SamplingParams())
-
-
 def test_greedy_memo_streams_and_answers_repeats_once(sampler, model, prompts, ref):
     """The validation's greedy memo over the streaming server: a repeat submitted while its first
     request is in flight, and one submitted after it finished, get the server's answer on futures of
@@ -554,3 +544,13 @@ def test_greedy_memo_streams_and_answers_repeats_once(sampler, model, prompts, r
         assert (memo.misses, memo.hits) == (1, 2)
         sampled = memo.submit(prompts[1], SamplingParams(temperature=1.0, max_tokens=4, seed=3))
         assert len(sampled.result(timeout=300)) == 1 and (memo.misses, memo.hits) == (1, 2)
+
+
+def test_close_stops_every_server_process(sampler):
+    pgid, sync_dir = sampler.server.pid, sampler._sync_dir
+    sampler.close()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)
+    assert not sync_dir.exists()
+    with pytest.raises(SamplerError, match="closed"):
+        sampler.generate([[1, 2]], SamplingParams())
