@@ -43,8 +43,7 @@ def main() -> int:
                 validation_plan.run(step, config, sampler, tokenizer, grader, val_items, [], sampling=sampling,
                                     workdir=Path(tmp) / str(repeat))
             seconds.append(time.perf_counter() - start)
-            rows.append([json.loads(x) for x in (Path(tmp) / str(repeat) / "validation" / f"step_{step}.jsonl")
-                        .read_text().splitlines()])
+            rows.append(validation_plan.read_rows(Path(tmp) / str(repeat), step))
     first, second = ({(r["mode"], r["id"]): r for r in rs} for rs in rows)
     differ = {mode: sum(first[k]["answers"] != second[k]["answers"] for k in first if k[0] == mode)
               for mode in sorted({k[0] for k in first})}

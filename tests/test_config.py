@@ -119,12 +119,14 @@ def test_overrides_and_errors_name_the_field(configs):
     c = apply_overrides(base, [
         "loss.beta=0.05", "shaping.params.alpha=0.3", "optimizer.peak_lr=1e-7", "optimizer.end_lr=1e-7",
         "data.env_name_remap={'math': 'math'}", "logging.run_name=abc", "loss.clip_eps_high=None",
-        "model.source=tiny:layers=1", "sampler.backend=vllm", "logging.wandb=true",
+        "model.source=tiny:layers=1", "sampler.backend=vllm", "logging.wandb=true", "sampler.jax.dtype=bfloat16",
     ])
     assert (c.loss.beta, c.shaping.params["alpha"], c.optimizer.peak_lr) == (0.05, 0.3, 1e-7)
     assert c.data.env_name_remap == {"math": "math"} and c.model.source == "tiny:layers=1"
-    assert c.sampler.backend == "vllm" and c.logging.wandb is True
+    assert c.sampler.backend == "vllm" and c.logging.wandb is True and c.sampler.jax.dtype == "bfloat16"
     cases = {
+        "sampler.jax.dtype=float16": "sampler.jax.dtype",
+        "sampler.jax.max_batch=0": "sampler.jax.max_batch",
         "loss.betta=1": "loss.betta",
         "loss.beta=-1": "loss.beta",
         "loss.estimator=ppo": "loss.estimator",

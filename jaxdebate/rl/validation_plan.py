@@ -69,6 +69,12 @@ def write_rows(workdir: Path, step: int, rows: Sequence[dict[str, Any]]) -> Path
     return path
 
 
+def read_rows(workdir: Path, step: int) -> list[dict[str, Any]]:
+    """The rows :func:`write_rows` wrote for ``step``."""
+    path = Path(workdir) / ROWS_DIR / f"step_{step}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def _code_digest() -> str:
     digest = hashlib.sha256()
     for path in sorted(_SOURCE.rglob("*.py")):

@@ -11,12 +11,29 @@ from jaxdebate.sampling.vllm.config import VLLMConfig
 
 
 @dataclasses.dataclass(frozen=True)
+class JaxSamplerConfig(Section):
+    """The in-process JAX sampler (the ``sampler.jax`` section). ``dtype`` is its compute dtype:
+    ``model`` follows ``model.dtype``; ``bfloat16`` samples from a bf16 copy of the weights with
+    float32 accumulation and float32 logits (about twice the GEMM rate on CPUs with AVX-512 bf16 and on
+    GPUs; slower elsewhere), so the sampler's log-probs differ slightly from an fp32 learner's.
+    ``max_batch`` bounds the rows (prompts x samples) decoded together."""
+
+    _name: ClassVar[str] = "sampler.jax"
+    dtype: Literal["model", "float32", "bfloat16"] = "model"
+    max_batch: int = 64
+
+    def validate(self) -> None:
+        self._at_least(1, "max_batch")
+
+
+@dataclasses.dataclass(frozen=True)
 class SamplerConfig(Section):
     """How debates are sampled: the backend (in-process ``jax``, a ``vllm`` server, or ``auto``: vLLM
     where it is the faster path, see :func:`jaxdebate.sampling.factory.choose_backend`), the training
     sampling distribution (``temperature``, ``top_p``; the learner's log-probs use the same
     temperature), the completion budget per turn, and the validation temperature (0 = greedy).
-    ``vllm`` configures the server when ``backend='vllm'`` (see :mod:`jaxdebate.sampling.vllm.config`);
+    ``jax`` configures the in-process sampler and ``vllm`` the server when ``backend='vllm'`` (see
+    :mod:`jaxdebate.sampling.vllm.config`);
     ``fallback`` says what happens when that server cannot be reached (no ``vllm.url``, no server
     virtualenv): ``jax`` samples in-process with a warning, ``error`` stops before any compute."""
 
@@ -27,6 +44,7 @@ class SamplerConfig(Section):
     top_p: float = 1.0
     max_new_tokens: int = 512
     eval_temperature: float = 0.0
+    jax: JaxSamplerConfig = dataclasses.field(default_factory=JaxSamplerConfig)
     vllm: VLLMConfig = dataclasses.field(default_factory=VLLMConfig)
 
     def validate(self) -> None:

@@ -61,7 +61,8 @@ def choose_backend(config: SamplerConfig, *, warn: bool = True) -> tuple[str, st
 def describe(config: SamplerConfig, backend: str, reason: str) -> str:
     """One start-up line: the sampler, its precision, and why each was chosen."""
     if backend != "vllm":
-        return f"sampler: jax ({reason})"
+        dtype = "" if config.jax.dtype == "model" else f"; computes in {config.jax.dtype} (sampler.jax.dtype)"
+        return f"sampler: jax ({reason}){dtype}"
     resolved, why = config.vllm.resolved()
     return f"sampler: vllm ({reason}); served in {resolved.dtype} ({why})"
 
@@ -86,8 +87,9 @@ def _jax_backend(config: SamplerConfig, ctx: BackendContext) -> Sampler:
     from jaxdebate.sampling.jax_sampler import JaxSampler
 
     kwargs = {} if ctx.max_total_len is None else {"max_total_len": ctx.max_total_len}
+    dtype = None if config.jax.dtype == "model" else config.jax.dtype
     return JaxSampler(ctx.params, ctx.model_config, ctx.tokenizer, mesh=ctx.mesh, seed=ctx.seed,
-                      weight_version=ctx.version, **kwargs)
+                      weight_version=ctx.version, dtype=dtype, max_batch=config.jax.max_batch, **kwargs)
 
 
 def _vllm_backend(config: SamplerConfig, ctx: BackendContext) -> Sampler:

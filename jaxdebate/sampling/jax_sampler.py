@@ -14,6 +14,7 @@ index, step)``, so a seeded request gives the same samples whatever else shares 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Sequence
@@ -24,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdebate.errors import ConfigError, SamplerError
-from jaxdebate.model.config import LlamaConfig
+from jaxdebate.model.config import DTYPES, LlamaConfig
 from jaxdebate.model.llama import (
     F32,
     forward,
@@ -175,6 +176,9 @@ class JaxSampler:
     Decoding runs in chunks of ``decode_chunk`` tokens; with ``shrink`` the finished rows are dropped
     between chunks once the rest fit a row bucket half the size (the same samples: each row keeps its
     own keys), so a batch no longer decodes every row until its longest completion ends.
+    ``dtype`` (default ``config.dtype``) is the compute dtype: with ``bfloat16`` the sampler keeps a
+    bf16 copy of the weights (cast once per ``update_weights``) and a bf16 KV cache; logits and
+    log-probs stay float32.
     """
 
     def __init__(
@@ -193,7 +197,12 @@ class JaxSampler:
         mesh: Any = None,
         seed: int = 0,
         weight_version: int = 0,
+        dtype: str | None = None,
     ) -> None:
+        if dtype is not None and dtype not in DTYPES:
+            raise ConfigError(f"sampler dtype must be one of {DTYPES}, got {dtype!r}")
+        if dtype is not None and dtype != config.dtype:
+            config = dataclasses.replace(config, dtype=dtype)
         limit = min(config.max_position_embeddings, 2048) if max_total_len is None else max_total_len
         if not 2 <= limit <= config.max_position_embeddings:
             raise ConfigError(
@@ -233,6 +242,11 @@ class JaxSampler:
 
     def update_weights(self, params: Any, version: int) -> None:
         """Serve ``params`` from now on; later completions carry ``version``."""
+        if self.config.dtype == "bfloat16":
+            # cast once here, not per forward: a bf16 layer would otherwise re-cast its f32 kernel
+            # at every decode step
+            params = jax.tree.map(lambda x: x.astype(jnp.bfloat16) if jnp.issubdtype(x.dtype, jnp.floating) else x,
+                                  params)
         placed = params if self.mesh is None else shard_params(params, self.mesh)
         with self._lock:
             self._params = placed

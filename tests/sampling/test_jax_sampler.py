@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdebate.errors import SamplerError
+from jaxdebate.errors import ConfigError, SamplerError
 from jaxdebate.model import export_hf, load, logits, token_logprobs
 from jaxdebate.sampling import Completion, JaxSampler, Sampler, SamplingParams
 from jaxdebate.sampling.jax_sampler import _sample
@@ -244,6 +244,35 @@ def test_update_weights_close_and_bad_input(model, tokenizer, prompts):
         assert s.generate([], GREEDY) == []
     with pytest.raises(SamplerError, match="closed"):
         s.generate(prompts[:1], GREEDY)
+
+
+def test_bfloat16_sampler_samples_the_bf16_model_and_keeps_f32_logprobs(model, tokenizer, prompts):
+    """``dtype='bfloat16'``: greedy paths and log-probs are those of the model run in bf16 (weights
+    cast once), not of the fp32 model; the sampler's weights are a bf16 copy; a bad dtype is refused."""
+    params, config = model
+    bf16 = dataclasses.replace(config, dtype="bfloat16")
+    cast = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
+    sp = SamplingParams(temperature=0.8, max_tokens=10, n=2, seed=4)
+    with JaxSampler(params, config, tokenizer, dtype="bfloat16") as s:
+        assert {leaf.dtype for leaf in jax.tree.leaves(s._params)} == {jnp.dtype(jnp.bfloat16)}
+        greedy = s.generate(prompts, GREEDY)
+        sampled = s.generate(prompts[:2], sp)
+    gaps = []
+    for prompt, (c,) in zip(prompts, greedy):
+        assert list(c.token_ids) == _uncached_greedy(cast, bf16, prompt, 12)
+    for prompt, completions in zip(prompts[:2], sampled):
+        for c in completions:
+            assert all(isinstance(x, float) and np.isfinite(x) for x in c.logprobs)
+            seq = np.asarray([list(prompt) + list(c.token_ids)])
+            lp = token_logprobs(cast, bf16, seq, np.ones_like(seq, bool), temperature=sp.temperature)
+            np.testing.assert_allclose(c.logprobs, np.asarray(lp)[0, len(prompt):], atol=0.05)
+            fp32 = token_logprobs(params, config, seq, np.ones_like(seq, bool), temperature=sp.temperature)
+            gaps.append(np.abs(np.asarray(c.logprobs) - np.asarray(fp32)[0, len(prompt):]).max())
+    assert max(gaps) > 1e-3  # bf16 really ran: the fp32 sampler agrees with fp32 to 2e-5
+    # the fp32 params passed in are left as they were (the sampler casts a copy)
+    assert {leaf.dtype for leaf in jax.tree.leaves(params)} == {jnp.dtype(jnp.float32)}
+    with pytest.raises(ConfigError, match="sampler dtype must be one of"):
+        JaxSampler(params, config, tokenizer, dtype="float16")
 
 
 @pytest.mark.smollm2
