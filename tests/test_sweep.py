@@ -110,6 +110,20 @@ def test_export_after_each_run_holds_the_results_so_far(sweep):
 
 
 @pytest.mark.slow
+def test_the_arms_of_a_seed_block_sample_the_same_first_step(sweep):
+    """Common random numbers: a seed fixes the data order and the sampling draws, so every arm's first
+    step (same initial weights) samples the same debates; only the credit given to them differs."""
+    sweep_dir, _ = sweep
+    first = {name: next(r for r in analysis.load_run(sweep_dir / f"{name}-seed0").records if r.get("step") == 1
+                        and "train/samples_fingerprint" in r) for name in STRATEGIES}
+    assert len({r["train/samples_fingerprint"] for r in first.values()}) == 1
+    raw = [k for k in first["identity"] if k.startswith("train/reward/raw/") or k == "train/accuracy"]
+    assert raw and all(first[name][k] == first["identity"][k] for name in STRATEGIES for k in raw)
+    shaped = {name: tuple(r[k] for k in sorted(r) if k.startswith("train/reward/shaped/")) for name, r in first.items()}
+    assert len(set(shaped.values())) > 1  # the arms do differ in what they make of those samples
+
+
+@pytest.mark.slow
 def test_summary_table_and_plots(sweep):
     sweep_dir, out = sweep
     for name in STRATEGIES:

@@ -7,6 +7,7 @@ Names are stable: ``train/*`` (rewards, accuracy, filters), ``learner/*``, ``bat
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,6 +52,7 @@ def train_metrics(
         m[f"train/{k}"] = float(filters[k])
     m["train/no_answer_fraction"] = batch.stats.get("no_answer", 0) / turns
     m["train/completion_tokens_mean"] = batch.stats.get("completion_tokens", 0) / turns
+    m["train/samples_fingerprint"] = samples_fingerprint(batch)
     m["sampler/concurrency"] = float(batch.stats.get("mean_in_flight", 0.0))
     m["train/advantage_abs_mean"] = float(np.abs(advantages[active]).mean()) if active.any() else 0.0
     m.update({f"train/{k}": float(v) for k, v in advantage_metrics(advantages, active).items()})
@@ -64,6 +66,16 @@ def train_metrics(
     m["weights/sampler_lag"] = float(step - 1 - oldest)
     m.update(sampler_metrics(sampler_stats, step))
     return m
+
+
+def samples_fingerprint(batch: DebateBatch) -> float:
+    """A 48-bit hash of every played turn's position and sampled tokens (exact as a float): equal in
+    two runs exactly when they sampled the same debates. The arms of a seed block share their
+    sampling random numbers, so their first steps (same weights) must show the same fingerprint."""
+    digest = hashlib.blake2b(digest_size=6)
+    for t in sorted(batch.turns, key=lambda t: t.index):
+        digest.update(np.asarray([*t.index, len(t.completion_ids), *t.completion_ids], np.int64).tobytes())
+    return float(int.from_bytes(digest.digest(), "big"))
 
 
 def response_lengths(batch: DebateBatch) -> dict[str, float]:

@@ -40,8 +40,17 @@ from jaxdebate.shapes import group_prefixes, round_size
 _TOP_P_ITERS = 32
 
 
+_PROMPT_STEP = 16  # prompt widths up to 256 are multiples of this
+_CACHE_STEP = 64  # cache lengths are multiples of this (bounds the decode loop's compiled shapes)
+
+
 def _prompt_bucket(n: int, minimum: int) -> int:
-    """Powers of two and 1.5x powers of two up to 512, then multiples of 512 (bounded padding)."""
+    """Multiples of 16 up to 256, then powers of two and 1.5x powers of two up to 512, then multiples
+    of 512. The fine steps matter where prefill is the cost: a debate's second-round prompts have ~70
+    tokens after their shared head, 96 on the coarse grid (bench/README "validation")."""
+    n = max(n, minimum)
+    if n <= 256:
+        return -(-n // _PROMPT_STEP) * _PROMPT_STEP
     if n <= 512:
         return round_size(n, minimum)
     return -(-n // 512) * 512
@@ -377,7 +386,7 @@ class JaxSampler:
         params = self._params
         logits, cache, pos = self._prefill(params, jnp.asarray(heads), jnp.asarray(head_mask), jnp.asarray(group),
                                            self._place(ids), self._place(mask), jnp.asarray(row_prompt),
-                                           head_width + width + new_len)
+                                           -(-(head_width + width + new_len) // _CACHE_STEP) * _CACHE_STEP)
         state = {
             "cache": cache,
             "logits": logits,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from jaxdebate.data.items import Item
 from jaxdebate.debate.batch import DebateBatch, Turn
-from jaxdebate.rl.step_metrics import NONDETERMINISTIC_PREFIXES, timing_metrics, train_metrics
+from jaxdebate.rl.step_metrics import NONDETERMINISTIC_PREFIXES, samples_fingerprint, timing_metrics, train_metrics
 
 
 def _batch() -> DebateBatch:
@@ -40,6 +42,7 @@ def test_train_metrics_from_a_known_batch():
     assert m["train/advantage_abs_mean"] == pytest.approx((0.5 + 1.5 + 1.0) / 3)
     assert m["train/no_answer_fraction"] == pytest.approx(1 / 3)
     assert m["train/completion_tokens_mean"] == pytest.approx(4.0)
+    assert m["train/samples_fingerprint"] == samples_fingerprint(_batch())
     assert m["train/kept_fraction"] == 0.75 and m["train/n_kept"] == 3.0
     assert m["sampler/concurrency"] == 2.5
     assert m["learner/loss"] == 0.125 and m["learner/updated"] == 1.0
@@ -48,6 +51,23 @@ def test_train_metrics_from_a_known_batch():
     assert m["weights/sampler_lag"] == 1.0  # step 4 learned from turns sampled with version 2
     assert m["sync/seconds"] == 0.2 and "sync/version" not in m and m["restarts"] == 1.0
     assert all(type(v) is float for v in m.values())
+
+
+def test_samples_fingerprint_sees_every_token_and_position_but_not_the_turn_order():
+    b = _batch()
+    fp = samples_fingerprint(b)
+    assert _exact_float(fp) and fp == samples_fingerprint(dataclasses.replace(b, turns=b.turns[::-1]))
+    changed = (dataclasses.replace(b.turns[0], completion_ids=(3, 3, 3, 4)),) + b.turns[1:]
+    assert samples_fingerprint(dataclasses.replace(b, turns=changed)) != fp  # one token
+    moved = (dataclasses.replace(b.turns[0], index=(0, 1, 1, 0)),) + b.turns[1:]
+    assert samples_fingerprint(dataclasses.replace(b, turns=moved)) != fp  # same tokens, another agent
+    split = (dataclasses.replace(b.turns[0], completion_ids=(3, 3)),
+             dataclasses.replace(b.turns[1], completion_ids=(3,) * 8)) + b.turns[2:]
+    assert samples_fingerprint(dataclasses.replace(b, turns=split)) != fp  # same token stream, other cuts
+
+
+def _exact_float(x: float) -> bool:
+    return isinstance(x, float) and 0 <= x < 2**48 and float(int(x)) == x
 
 
 def test_an_empty_batch_and_an_older_sync_give_zeros_not_errors():
