@@ -10,6 +10,7 @@ shaping section for another config (e.g. ``configs/smoke.py``), which is how CI 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import os
 import shlex
@@ -371,9 +372,15 @@ def run_sweep(
     wait: bool = True,
     echo: bool = True,
     after_run: Callable[[RunSpec, dict[str, Any]], None] | None = None,
+    deadline: float | None = None,
 ) -> list[dict[str, Any]]:
     """Run (or submit) every unfinished run; return one summary row per run. ``after_run(spec,
-    state)`` is called after each local run ends (e.g. to export the results so far)."""
+    state)`` is called after each local run ends (e.g. to export the results so far).
+
+    ``deadline`` (epoch seconds, local executor): a seed block (consecutive runs of one seed) is not
+    begun here unless its unfinished runs are expected to end before it, at the mean wall time of the
+    sweep's finished runs; a block begun here is finished. One block then runs on one machine, and a
+    session with a time limit stops between blocks instead of in the middle of one."""
     if executor not in EXECUTORS:
         raise ConfigError(f"unknown executor {executor!r} (choose from {', '.join(EXECUTORS)})")
     sweep_dir = Path(sweep_dir)
@@ -382,6 +389,7 @@ def run_sweep(
         json.dumps({"executor": executor, "runs": [dataclasses.asdict(r) for r in runs]}, indent=2)
     )
     jobs = []
+    begun: set[int] = set()  # seeds whose block this call has begun
     for i, spec in enumerate(runs, 1):
         status = effective_status(spec)
         if status == "done":
@@ -390,6 +398,13 @@ def run_sweep(
         if status == "running":
             print(f"[sweep] {i}/{len(runs)} {spec.name}: running elsewhere, skipped", flush=True)
             continue
+        if deadline is not None and executor == "local" and spec.seed not in begun:
+            need, left = block_seconds(runs, i - 1), deadline - time.time()
+            if need is not None and need > left:
+                print(f"[sweep] stopping before {spec.name}: the rest of seed {spec.seed}'s block needs "
+                      f"~{need / 60:.0f} min, {max(left, 0) / 60:.0f} min left before the deadline", flush=True)
+                break
+        begun.add(spec.seed)
         verb = "resuming" if status in ("interrupted", "failed") else "starting"
         print(f"[sweep] {i}/{len(runs)} {spec.name}: {verb} ({executor})", flush=True)
         if executor == "local":
@@ -411,6 +426,34 @@ def run_sweep(
         for _spec, job in jobs:
             job.wait()
     return run_statuses(runs)
+
+
+def parse_deadline(text: str) -> float:
+    """Epoch seconds of ``+MINUTES`` (from now) or an ISO date-time (local time unless it names a zone)."""
+    try:
+        if text.startswith("+"):
+            return time.time() + 60 * float(text[1:])
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise ConfigError(f"--deadline must be +MINUTES or an ISO time like 2026-11-26T01:00, got {text!r}") from None
+
+
+def block_seconds(runs: Sequence[RunSpec], start: int) -> float | None:
+    """Expected wall seconds of the unfinished runs in the block (the consecutive runs of one seed)
+    that ``runs[start]`` belongs to: their number times the mean wall time of the finished runs
+    (None when none has finished)."""
+    walls = [float(read_state(r.workdir)["wall_time_s"]) for r in runs
+             if effective_status(r) == "done" and read_state(r.workdir).get("wall_time_s")]
+    if not walls:
+        return None
+    lo = start
+    while lo > 0 and runs[lo - 1].seed == runs[start].seed:
+        lo -= 1
+    hi = start
+    while hi < len(runs) and runs[hi].seed == runs[start].seed:
+        hi += 1
+    pending = sum(effective_status(r) != "done" for r in runs[lo:hi])
+    return pending * sum(walls) / len(walls)
 
 
 def run_statuses(runs: Iterable[RunSpec]) -> list[dict[str, Any]]:

@@ -19,7 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from jaxdebate.errors import ConfigError  # noqa: E402
 from jaxdebate.analysis import export_results  # noqa: E402
 from jaxdebate.sweep_stats import ENDPOINTS  # noqa: E402
-from jaxdebate.sweep import EXECUTORS, ORDERS, format_summary, plan_runs, run_sweep, run_statuses  # noqa: E402
+from jaxdebate.sweep import (  # noqa: E402
+    EXECUTORS, ORDERS, format_summary, parse_deadline, plan_runs, run_statuses, run_sweep,
+)
 
 
 def _exporter(sweep_dir: str, out_dir: str, endpoint: str):
@@ -64,8 +66,12 @@ def main(argv: list[str] | None = None) -> int:
                              "what a results/ directory commits")
     parser.add_argument("--endpoint", default="final_accuracy", choices=sorted(ENDPOINTS),
                         help="the primary endpoint of --export's comparison (default: final_accuracy)")
+    parser.add_argument("--deadline", default=None, metavar="WHEN",
+                        help="local: begin no seed block that would not end by WHEN ('+MINUTES' from now, or "
+                             "an ISO time such as 2026-11-26T01:00); a begun block is finished")
     args = parser.parse_args(argv)
     try:
+        deadline = parse_deadline(args.deadline) if args.deadline else None
         runs = plan_runs(args.sweep_dir, args.configs, args.seeds, base=args.base,
                          overrides=args.overrides, launch_overrides=args.launch, order=args.order)
     except ConfigError as e:
@@ -76,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rows = run_sweep(runs, executor=args.executor, sweep_dir=args.sweep_dir,
                          wait=not args.no_wait, echo=not args.quiet,
-                         after_run=_exporter(args.sweep_dir, args.export, args.endpoint) if args.export else None)
+                         after_run=_exporter(args.sweep_dir, args.export, args.endpoint) if args.export else None,
+                         deadline=deadline)
     print()
     print(format_summary(rows))
     (Path(args.sweep_dir) / "summary.json").write_text(json.dumps(rows, indent=2))

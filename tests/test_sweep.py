@@ -296,3 +296,25 @@ def test_blocked_order_runs_whole_seed_blocks_each_in_its_own_seeded_order(tmp_p
     assert [r.name for r in plan_runs(tmp_path, [REPO / "configs" / "arithmetic"], seeds)] == [r.name for r in runs]
     with pytest.raises(ConfigError, match="unknown sweep order 'random'"):
         plan_runs(tmp_path, None, [1], order="random")
+
+
+def test_deadline_begins_no_block_that_would_not_end_in_time(tmp_path, capsys):
+    """``--deadline``: a seed block is begun only if its unfinished runs, at the finished runs' mean
+    wall time, end before the deadline (a session with a time limit stops between blocks)."""
+    from jaxdebate.sweep import block_seconds, parse_deadline, write_state
+
+    runs = plan_runs(tmp_path, [REPO / "configs" / "arithmetic"], [42, 43])
+    for spec in runs[:5]:  # seed 42's block done, 10 and 20 minutes a run
+        write_state(spec.workdir, {"status": "done", "wall_time_s": 600.0 if spec.strategy != "coma" else 1200.0})
+    assert block_seconds(runs, 0) == 0 and block_seconds(runs, 5) == pytest.approx(5 * 720.0)
+    write_state(runs[6].workdir, {"status": "done", "wall_time_s": 720.0})  # one of seed 43's runs too
+    assert block_seconds(runs, 5) == pytest.approx(4 * 720.0) == block_seconds(runs, 9)
+    rows = run_sweep(runs, sweep_dir=tmp_path, deadline=time.time() + 45 * 60)  # 48 min needed
+    out = capsys.readouterr().out
+    assert f"stopping before {runs[5].name}: the rest of seed 43's block needs ~48 min, 45 min left" in out
+    assert [r["status"] for r in rows] == ["done"] * 5 + ["pending", "done", "pending", "pending", "pending"]
+    assert block_seconds(plan_runs(tmp_path / "fresh", None, [1]), 0) is None  # nothing finished: no estimate
+    assert parse_deadline("+90") == pytest.approx(time.time() + 5400, abs=5)
+    assert parse_deadline("2026-11-26T01:00:00+00:00") == 1795654800.0
+    with pytest.raises(ConfigError, match="--deadline must be"):
+        parse_deadline("tonight")
