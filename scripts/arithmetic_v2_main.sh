@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The arithmetic-v2 main sweep as pre-registered in results/arithmetic-v2/PROTOCOL.md: N seed blocks
+# (seeds 1000, 1001, ...), each running the five arms of configs/arithmetic/ in the order its seed
+# draws, at B prompts per step (training.train_batch_size). B and N are the pilot's decision (the
+# PROTOCOL's "Decided by the pilot" section); there are no defaults, so that nothing runs undecided.
+# Runs committed under results/arithmetic-v2/runs/ (another session, maybe another machine) seed the
+# sweep directory, so they are skipped; after every run the results so far are exported to
+# results/arithmetic-v2/ (commit them). No block is begun that would not end before DEADLINE
+# (`launch/sweep.py --deadline`, default +170 minutes), so every block runs on one machine.
+#   B=2 N=9 bash scripts/arithmetic_v2_main.sh
+#   B=2 N=9 DEADLINE=2026-11-26T03:00 bash scripts/arithmetic_v2_main.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${B:?set B, the prompts per step decided by the pilot (PROTOCOL.md)}"
+: "${N:?set N, the seed blocks decided by the pilot (PROTOCOL.md)}"
+sweep=runs/arithmetic-v2
+results=results/arithmetic-v2
+if [ -d "$results/runs" ]; then
+  mkdir -p "$sweep"
+  for run in "$results"/runs/*/; do
+    [ -e "$sweep/$(basename "$run")" ] || cp -r "$run" "$sweep/"
+  done
+fi
+seeds=$(seq 1000 $((1000 + N - 1)))
+# shellcheck disable=SC2086
+.venv/bin/python launch/sweep.py --sweep-dir "$sweep" --quiet --configs configs/arithmetic --seeds $seeds \
+  --set "training.train_batch_size=$B" --deadline "${DEADLINE:-+170}" \
+  --export "$results" --endpoint final_debate_accuracy
