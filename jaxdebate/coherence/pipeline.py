@@ -258,7 +258,10 @@ def run(config: CoherenceConfig, stages: tuple[str, ...] = STAGES, *, workdir: s
     root = Path(workdir if workdir is not None else config.workdir).expanduser()
     root.mkdir(parents=True, exist_ok=True)
     config = dataclasses.replace(config, workdir=str(root))
-    _write_json(root / "config.json", to_dict(config))
+    # an evaluation on its own (a second dataset, another eval.dir) keeps the training run's
+    # config.json, the config its results are reported with; its own goes beside its outputs
+    eval_only = set(stages) == {"eval"} and (root / "config.json").is_file()
+    _write_json(root / config.eval.dir / "config.json" if eval_only else root / "config.json", to_dict(config))
     ctx = Context(config, root, progress)
     results: dict[str, Any] = {}
     try:

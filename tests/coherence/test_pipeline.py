@@ -213,6 +213,10 @@ def v2_runs(tmp_path_factory):
         for stage in ("pairs", "train", "eval"):
             sets = [x for e in extra for x in ("--set", e)]
             assert main([stage, *common, "--workdir", str(runs / name), *sets]) == 0
+    # a second evaluation set for one run (what --platinum does in scripts/coherence_v2.py)
+    second = ["--set", f"data.eval={write_questions(root / 'eval2.jsonl', [8, 7])}", "--set", "eval.dir=eval_second"]
+    assert main(["eval", *common, "--workdir", str(runs / "sft-seed1"), "--set", "dpo.seed=1", "--set",
+                 "dpo.objective=sft", "--set", "variant=sft", *second]) == 0
     assert report.main([str(runs), "--out", str(root / "results")]) == 0
     return root, runs
 
@@ -296,6 +300,11 @@ def test_v2_report_per_variant_seed_and_evaluation_set(v2_runs):
     assert level["n_seeds"] == 2 and level["mean"] == pytest.approx(sum(accs) / 2)
     assert level["ci95"] == (list(t_interval(accs)) if t_interval(accs) else None)
     assert "seed_level" not in sft  # one seed: no seed-level interval
+    # the second evaluation is its own set, and the run keeps its training config
+    assert set(sft["seeds"]["1"]["eval"]) == {"eval", "eval_second"} and sft["seeds"]["1"]["eval"]["eval_second"]["n"] == 2
+    trained = json.loads((runs / "sft-seed1" / "config.json").read_text())
+    assert trained["eval"]["dir"] == "eval" and trained["data"]["eval"].endswith("eval.jsonl")
+    assert json.loads((runs / "sft-seed1" / "eval_second" / "config.json").read_text())["eval"]["dir"] == "eval_second"
     assert summary["base"]["eval"]["n"] == 3 and summary["base"]["eval"]["format_rate"] is not None
     assert set(dpo["curves"]) >= {"heldout/accuracy", "heldout/format_rate"} and "0" in dpo["curves"]["heldout/accuracy"]
     png = (out / "epoch_curves.png").read_bytes()
