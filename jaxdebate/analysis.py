@@ -396,6 +396,18 @@ def write_plots(sweep_dir: str | Path, out_dir: str | Path | None = None,
     return paths
 
 
+def _json_safe(x: Any) -> Any:
+    """``x`` with every non-finite float (an F of a table without residual, a NaN metric) as None:
+    strict JSON readers reject NaN and Infinity."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return x
+
+
 def export_results(sweep_dir: str | Path, out_dir: str | Path, endpoint: str = "final_accuracy") -> Path:
     """Write a sweep's small artefacts (no checkpoints) to ``out_dir``: ``summary.json`` (``runs``,
     the per-strategy ``table``, the seed-level ``comparison`` on ``endpoint`` and the
@@ -411,7 +423,7 @@ def export_results(sweep_dir: str | Path, out_dir: str | Path, endpoint: str = "
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary = sweep_summary([run_summary(r) for r in runs], endpoint)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2, allow_nan=False) + "\n")
     (out / "table.md").write_text(format_summary(summary))
     for run in runs:
         dest = out / "runs" / run.name

@@ -46,7 +46,8 @@ def setting_report(rows: Sequence[Mapping[str, Any]], costs: Mapping[str, float]
     per_arm = [[by[(a, s)] for s in seeds] for a in (baseline, arm)]
     between = [v for v in (_sd(x) for x in per_arm) if v is not None]
     between_var = sum(v * v for v in between) / len(between) if between else None
-    item_var = (sum(p * (1 - p) / items for p in by.values()) / len(by)) if by else None
+    paired = [by[(a, s)] for s in seeds for a in (baseline, arm)]  # the same runs as the between-seed variance
+    item_var = (sum(p * (1 - p) / items for p in paired) / len(paired)) if paired else None
     sd_d = _sd(diffs)
     cost = sum(run_costs) / len(run_costs) if run_costs else None
     return {
@@ -65,15 +66,20 @@ def decide(reports: Mapping[str, Mapping[str, Any]], *, default: str, tie: float
     if default not in reports:
         raise ValueError(f"the default setting {default!r} is not among {sorted(reports)}")
     scored = {k: r["variance_x_cost"] for k, r in reports.items() if r.get("variance_x_cost") is not None}
-    if default not in scored:
-        return {"setting": None, "blocks": None, "why": f"no variance x cost for {default!r} yet (needs 2 paired seeds)"}
+    missing = sorted(set(reports) - set(scored))
+    if missing:  # a setting without a score would silently lose the comparison
+        return {"setting": None, "blocks": None,
+                "why": f"no variance x cost for {', '.join(missing)} yet (needs 2 paired seeds)"}
+    seeds = {k: len(r["seeds"]) for k, r in reports.items()}
     best = min(scored, key=scored.get)
+    # the tie rule, exactly: another setting is chosen only if the default's product exceeds its
+    # product by more than `tie` (default > (1 + tie) x best)
     chosen = best if scored[best] * (1 + tie) < scored[default] else default
     why = (f"{best}: variance x cost {scored[best]:.4g} vs {scored[default]:.4g} for {default}"
            + ("" if chosen == best else f", within {tie:.0%}: the default {default} is kept"))
     sd = reports[chosen]["sd_d"]
-    return {"setting": chosen, "sd_d": sd, "blocks": blocks_for_halfwidth(sd, halfwidth, minimum=min_blocks),
-            "halfwidth": halfwidth, "why": why}
+    return {"setting": chosen, "sd_d": sd, "n_seeds": seeds,
+            "blocks": blocks_for_halfwidth(sd, halfwidth, minimum=min_blocks), "halfwidth": halfwidth, "why": why}
 
 
 def run_cost(state: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> float | None:

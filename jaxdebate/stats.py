@@ -194,7 +194,11 @@ def paired_t(first: Sequence[float], second: Sequence[float]) -> dict[str, Any]:
 
 def holm(pvalues: Sequence[float]) -> list[float]:
     """Holm's step-down adjustment of a family of p-values (controls the family-wise error rate
-    without assuming independence), in the input order."""
+    without assuming independence), in the input order. A p-value that is not a finite number in
+    [0, 1] is an error: it would sort first and make every adjusted p 1."""
+    bad = [p for p in pvalues if not (isinstance(p, (int, float)) and 0.0 <= p <= 1.0)]
+    if bad:
+        raise ValueError(f"Holm needs p-values in [0, 1], got {bad[0]!r}")
     m = len(pvalues)
     order = sorted(range(m), key=lambda i: pvalues[i])
     adjusted, running = [0.0] * m, 0.0

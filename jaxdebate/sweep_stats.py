@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 VAL_DEBATE = "val/accuracy/debate"
 VAL_SINGLE = "val/single/accuracy"
 VAL_DEBATE_HELDOUT = "val/debate/accuracy/debate"
+VAL_TRANSFER = "val/transfer/accuracy"  # the never-trained templates, at the first and the last step
 
 #: endpoint -> (``final`` value or ``auc`` of the validation curve, metric keys: the first a run has)
 ENDPOINTS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -45,10 +46,14 @@ ENDPOINTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "final_debate_accuracy": ("final", (VAL_DEBATE_HELDOUT,)),
     "auc_accuracy": ("auc", (VAL_SINGLE, VAL_DEBATE)),
     "auc_debate_accuracy": ("auc", (VAL_DEBATE_HELDOUT,)),
+    "transfer_accuracy": ("final", (VAL_TRANSFER,)),
 }
 #: a ``final`` endpoint's value at step 0, against which a run's learning is measured
-INITIAL = {"final_accuracy": "initial_accuracy", "final_debate_accuracy": "initial_debate_accuracy"}
+INITIAL = {"final_accuracy": "initial_accuracy", "final_debate_accuracy": "initial_debate_accuracy",
+           "transfer_accuracy": "initial_transfer_accuracy"}
 VALIDATION_DIR = "validation"
+#: run statuses (``run.json``) whose last validation is not a final one
+UNFINISHED = frozenset({"pending", "running", "interrupted", "failed", "submitted"})
 EQUIVALENCE_MARGIN = 0.05  # accuracy points within which two strategies count as equivalent
 POWER_DIFFERENCES = (0.05, 0.10)
 
@@ -167,7 +172,10 @@ def run_summary(run: Run) -> dict[str, Any]:
         "initial_accuracy": values.get("initial_accuracy"), "final_accuracy": values.get("final_accuracy"),
         "final_step": values.get("final_accuracy/step"), "validation_items": values.get("final_accuracy/items"),
     }
-    for name in ("initial_debate_accuracy", "final_debate_accuracy", "auc_accuracy", "auc_debate_accuracy"):
+    attempts = run.state.get("history") or [run.state]
+    row["cpu_kinds"] = sorted({a["cpu_flags"] for a in attempts if a.get("cpu_flags")})
+    for name in ("initial_debate_accuracy", "final_debate_accuracy", "auc_accuracy", "auc_debate_accuracy",
+                 "initial_transfer_accuracy", "transfer_accuracy"):
         if name in values:
             row[name] = values[name]
     n = row["validation_items"]
@@ -244,7 +252,7 @@ def _t_entry(values: Sequence[float]) -> dict[str, Any]:
 
 
 def _with_holm(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    tested = [e for e in entries if e["p"] is not None]
+    tested = [e for e in entries if e["p"] is not None and math.isfinite(e["p"])]
     for e, adjusted in zip(tested, holm([e["p"] for e in tested])):
         e["p_holm"] = adjusted
     for e in entries:
@@ -253,7 +261,7 @@ def _with_holm(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity",
-                       endpoint: str = "final_accuracy") -> dict[str, Any]:
+                       endpoint: str = "final_accuracy", *, by_cpu: bool = True) -> dict[str, Any]:
     """Do the strategies differ on ``endpoint``, with the seed as the unit?
 
     - ``blocked``: two-way strategy x seed ANOVA without replication (seeds missing a strategy are
@@ -265,12 +273,30 @@ def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity
       (``p_holm`` over strategies);
     - ``power``: the pooled SD of the paired differences to the baseline and the seeds a paired t test
       needs to detect a 5- and a 10-point difference (80% power, two-sided alpha 0.05);
-    - ``anova_f``/``anova_permutation_p``: the earlier one-way permutation ANOVA, which ignores seeds.
+    - ``anova_f``/``anova_permutation_p``: the earlier one-way permutation ANOVA, which ignores seeds
+      (exploratory: not in the pre-registered analysis);
+    - ``ci_simultaneous`` per comparison: Bonferroni intervals (level 1 − 0.05/m) a ranking rests on;
+      ``max_halfwidth``: the widest paired 95% half-width against the baseline (the precision rule);
+    - ``seeds_incomplete``: seeds some strategy lacks a finished run for, left out of every test;
+    - ``sensitivity_by_cpu``: where complete blocks ran on several CPU kinds, the same comparison
+      within each kind (reported, not claimed).
+
+    Runs that have not finished (:data:`UNFINISHED`) are left out.
     """
+    # only finished runs count: an interrupted run's last validation is not its final one
+    rows = [r for r in rows if r.get("status") not in UNFINISHED]
     values = _by_strategy_and_seed(rows, endpoint)
+    # the paired tests use the complete blocks only (every strategy has the seed), as the blocked
+    # ANOVA does; the others are listed
+    all_seeds = list(dict.fromkeys(k for by_seed in values.values() for k in by_seed))
+    complete = [k for k in all_seeds if all(k in by_seed for by_seed in values.values())]
+    incomplete = [k for k in all_seeds if k not in complete]
+    if len(values) >= 2:
+        values = {strategy: {k: v for k, v in by_seed.items() if k in complete} for strategy, by_seed in values.items()}
     out: dict[str, Any] = {"baseline": baseline, "endpoint": endpoint, "anova_f": None,
                            "anova_permutation_p": None, "blocked": None, "vs_baseline": [],
-                           "learning": [], "power": None}
+                           "learning": [], "power": None, "seeds_incomplete": incomplete,
+                           "max_halfwidth": None}
     groups = [list(v.values()) for v in values.values()]
     if len(groups) >= 2 and sum(map(len, groups)) > len(groups):
         out["anova_f"], out["anova_permutation_p"] = permutation_anova(groups)
@@ -279,6 +305,7 @@ def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity
     except ValueError:
         blocked = None
     if blocked:
+        blocked["seeds_dropped"] = incomplete
         total = blocked["ss"]["total"]
         blocked["ss_share"] = {k: (v / total if total else None) for k, v in blocked["ss"].items() if k != "total"}
         out["blocked"] = blocked
@@ -294,6 +321,14 @@ def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity
         entry["equivalence"] = equivalence_test(diffs, EQUIVALENCE_MARGIN) if len(diffs) >= 2 else None
         out["vs_baseline"].append(entry)
     _with_holm(out["vs_baseline"])
+    # simultaneous intervals for the family (Bonferroni, level 1 - 0.05/m): where two of them separate
+    # the arms, so does Holm (it never rejects less); a ranking rests on these
+    m = len(out["vs_baseline"])
+    for e, diffs in zip(out["vs_baseline"], diffs_by_strategy.values()):
+        interval = t_interval(diffs, level=1 - 0.05 / m) if len(diffs) >= 2 else None
+        e["ci_simultaneous"] = list(interval) if interval else None
+    widths = [(e["ci95"][1] - e["ci95"][0]) / 2 for e in out["vs_baseline"] if e["ci95"]]
+    out["max_halfwidth"] = max(widths) if widths else None  # the precision rule's figure (PROTOCOL: <= 0.05)
     initial = INITIAL.get(endpoint)
     if initial:
         starts = _by_strategy_and_seed(rows, initial)
@@ -306,7 +341,24 @@ def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity
                                     "mean_gain": _mean(gains), **_t_entry(gains)})
         _with_holm(out["learning"])
     out["power"] = _power(diffs_by_strategy.values())
+    if by_cpu:
+        kinds = block_cpu_kinds(rows)
+        used = {kinds[k] for k in complete if k in kinds}
+        if len(used) > 1:  # PROTOCOL: the same comparison within each CPU kind, reported, not claimed
+            out["sensitivity_by_cpu"] = {
+                kind: compare_strategies([r for r in rows if kinds.get(r["seed"]) == kind], baseline, endpoint,
+                                         by_cpu=False)
+                for kind in sorted(used)}
     return out
+
+
+def block_cpu_kinds(rows: Iterable[dict[str, Any]]) -> dict[Any, str]:
+    """Each seed block's CPU kind (the AVX-512/AMX flags its runs recorded), ``mixed`` when its runs
+    ran on several kinds, ``unknown`` when none recorded one."""
+    kinds: dict[Any, set[str]] = {}
+    for r in rows:
+        kinds.setdefault(r["seed"], set()).update(r.get("cpu_kinds") or [])
+    return {seed: ("unknown" if not k else next(iter(k)) if len(k) == 1 else "mixed") for seed, k in kinds.items()}
 
 
 def _power(diff_lists: Iterable[Sequence[float]]) -> dict[str, Any] | None:
@@ -355,7 +407,7 @@ def format_comparison(comparison: dict[str, Any]) -> str:
     lines = [f"Endpoint: `{comparison.get('endpoint', 'final_accuracy')}`. Unit of replication: the seed.", ""]
     b = comparison.get("blocked")
     if b:
-        share = b.get("ss_share", {})
+        share = {k: (v or 0.0) for k, v in b.get("ss_share", {}).items()}  # None: every cell equal
         dropped = b["seeds_dropped"]
         lines += [f"Blocked by seed (two-way ANOVA, strategy x seed, no replication; seeds "
                   f"{', '.join(map(str, b['seeds_used']))}"
@@ -367,19 +419,25 @@ def format_comparison(comparison: dict[str, Any]) -> str:
     elif not any(c.get("p") is not None for c in comparison["vs_baseline"] + comparison.get("learning", [])):
         lines += ["Fewer than two seeds per strategy: no seed-level test (the per-run Wilson intervals and "
                   "two-proportion tests in summary.json count items, not seeds).", ""]
-    lines += ["Across strategies, ignoring seeds (permutation one-way ANOVA): "
+    if comparison.get("seeds_incomplete"):
+        lines += [f"Left out of every test (a strategy has no finished run there): seeds "
+                  f"{', '.join(map(str, comparison['seeds_incomplete']))}.", ""]
+    lines += ["Exploratory, ignoring seeds (permutation one-way ANOVA): "
               + ("n/a" if p is None else f"F = {comparison['anova_f']:.2f}, p = {p:.3f}")]
     if comparison["vs_baseline"]:
         lines += ["", f"| strategy − {comparison['baseline']} (same seed) | seeds | mean difference | paired 95% CI "
-                  f"| t (df) | p | Holm p | within ±{EQUIVALENCE_MARGIN:.2f} (TOST p) |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  f"| simultaneous CI (Bonferroni) | t (df) | p | Holm p | within ±{EQUIVALENCE_MARGIN:.2f} (TOST p) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
     for c in comparison["vs_baseline"]:
         diff = "-" if c["mean_difference"] is None else f"{c['mean_difference']:+.3f}"
         t = "-" if c.get("t") is None else f"{c['t']:.2f} ({c['df']})"
         eq = c.get("equivalence")
         eq_cell = "-" if not eq else f"{'yes' if eq['equivalent'] else 'no'} ({_p(eq['p'])})"
-        lines.append(f"| {c['strategy']} | {len(c['seeds'])} | {diff} | {_ci(c['ci95'])} | {t} | "
-                     f"{_p(c.get('p'))} | {_p(c.get('p_holm'))} | {eq_cell} |")
+        lines.append(f"| {c['strategy']} | {len(c['seeds'])} | {diff} | {_ci(c['ci95'])} | "
+                     f"{_ci(c.get('ci_simultaneous'))} | {t} | {_p(c.get('p'))} | {_p(c.get('p_holm'))} | {eq_cell} |")
+    if comparison.get("max_halfwidth") is not None:
+        lines += ["", f"Widest paired 95% half-width against {comparison['baseline']}: "
+                  f"{comparison['max_halfwidth']:.3f}."]
     if comparison.get("learning"):
         lines += ["", "| strategy: final − step 0 (same seed) | seeds | initial | final | mean gain | "
                   "paired 95% CI | t (df) | p | Holm p |", "|---|---|---|---|---|---|---|---|---|"]
@@ -392,9 +450,16 @@ def format_comparison(comparison: dict[str, Any]) -> str:
     if power:
         needed = ", ".join(f"{v if v is not None else '> 100000'} seeds for a {float(k) * 100:.0f}-point difference"
                            for k, v in power["seeds_needed"].items())
-        lines += ["", f"Power: the paired differences to {comparison['baseline']} have a pooled SD of "
+        lines += ["", f"Power (descriptive): the paired differences to {comparison['baseline']} have a pooled SD of "
                   f"{power['paired_sd']:.3f} (df {power['df']}); a paired t test (two-sided alpha 0.05) "
                   f"reaches 80% power with {needed}."]
+    for kind, sub in (comparison.get("sensitivity_by_cpu") or {}).items():
+        sb = sub.get("blocked")
+        diffs = ", ".join(f"{c['strategy']} {c['mean_difference']:+.3f}" for c in sub["vs_baseline"]
+                          if c["mean_difference"] is not None)
+        lines += ["", f"Sensitivity, blocks on CPU kind `{kind}` only (reported, not claimed): "
+                  + (f"strategy p = {_p(sb['strategy_p'])} over seeds {', '.join(map(str, sb['seeds_used']))}; "
+                     if sb else "") + f"differences to {comparison['baseline']}: {diffs or '-'}."]
     return "\n".join(lines)
 
 

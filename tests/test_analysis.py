@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from jaxdebate import analysis
-from jaxdebate.stats import blocked_anova, holm, mcnemar_test, one_sample_t, paired_t, seeds_needed
+from jaxdebate.stats import blocked_anova, holm, mcnemar_test, one_sample_t, paired_t, seeds_needed, t_interval
 from jaxdebate.sweep_stats import compare_strategies, curve_area, endpoint_values, run_item_test, run_item_tests
 
 REPO = Path(__file__).resolve().parent.parent
@@ -135,11 +135,27 @@ def test_compare_strategies_seed_level():
                     + paired_t(table["identity"], table["reward_mixing"])["sd"] ** 2) / 2)  # equal df: mean variance
     assert out["power"]["paired_sd"] == pytest.approx(sd) and out["power"]["df"] == 6
     assert out["power"]["seeds_needed"] == {"0.05": seeds_needed(sd, 0.05), "0.10": seeds_needed(sd, 0.10)}
-    # a missing cell: the blocked ANOVA drops that seed (and says so); the paired test keeps the rest
-    rows = [r for r in rows if not (r["strategy"] == "coma" and r["seed"] == 2)]
+    # simultaneous (Bonferroni) intervals for the 2 comparisons, and the precision rule's half-width
+    for entry, name in ((coma, "coma"), (mixing, "reward_mixing")):
+        diffs = [b - a for a, b in zip(table["identity"], table[name])]
+        assert entry["ci_simultaneous"] == pytest.approx(list(t_interval(diffs, level=1 - 0.05 / 2)))
+        assert entry["ci_simultaneous"][0] < entry["ci95"][0] and entry["ci95"][1] < entry["ci_simultaneous"][1]
+    assert out["max_halfwidth"] == pytest.approx(max((e["ci95"][1] - e["ci95"][0]) / 2 for e in (coma, mixing)))
+    assert out["seeds_incomplete"] == [] and "sensitivity_by_cpu" not in out
+    # a missing cell (here: a run that has not finished) leaves its whole block out of every test, as
+    # PROTOCOL.md says, and the comparison lists it
+    for r in rows:
+        r["status"] = "running" if (r["strategy"] == "coma" and r["seed"] == 2) else "done"
     out = compare_strategies(rows, endpoint="final_debate_accuracy")
-    assert out["blocked"]["seeds_dropped"] == [2] and out["blocked"]["residual_df"] == 4
-    assert out["vs_baseline"][0]["seeds"] == [1, 3, 4] and out["vs_baseline"][1]["seeds"] == [1, 2, 3, 4]
+    assert out["blocked"]["seeds_dropped"] == [2] == out["seeds_incomplete"] and out["blocked"]["residual_df"] == 4
+    assert out["vs_baseline"][0]["seeds"] == [1, 3, 4] == out["vs_baseline"][1]["seeds"]
+    assert all(g["seeds"] == [1, 3, 4] for g in out["learning"])
+    # blocks on two CPU kinds: the same comparison within each kind, beside the pooled one
+    for r in rows:
+        r["cpu_kinds"] = ["avx512f"] if r["seed"] in (1, 3) else []
+    by_kind = compare_strategies(rows, endpoint="final_debate_accuracy")["sensitivity_by_cpu"]
+    assert set(by_kind) == {"avx512f", "unknown"}
+    assert by_kind["avx512f"]["vs_baseline"][0]["seeds"] == [1, 3] and by_kind["unknown"]["vs_baseline"][0]["seeds"] == [4]
     # one seed per strategy: differences but no tests
     one = compare_strategies(_rows({"identity": [0.4], "coma": [0.3]}))
     assert one["blocked"] is None and one["power"] is None and one["anova_permutation_p"] is None
@@ -167,10 +183,23 @@ def test_export_results_with_the_debate_endpoint(tmp_path):
             _write_items(workdir, 0, {("heldout", "debate"): [True] * 3 + [False] * 7})
             _write_items(workdir, 2, {("heldout", "debate"): [False] * 10})
             _write_items(workdir, 4, {("heldout", "debate"): [True] * round(final * 10) + [False] * (10 - round(final * 10))})
+    # the transfer set (validated at the first and the last step) is a secondary endpoint; one run has
+    # no residual-free F to speak of, so nothing non-finite may reach summary.json
+    for strategy, values in finals.items():
+        for seed, final in zip((42, 43, 44), values):
+            with (sweep / f"{strategy}-seed{seed}" / "metrics.jsonl").open("a") as f:
+                for step, acc in ((0, 0.2), (4, final - 0.05)):
+                    f.write(json.dumps({"step": step, "val/transfer/accuracy": acc, "val/transfer/items": 10.0}) + "\n")
     results = tmp_path / "results"
     assert analysis.main([str(sweep), "--out", str(tmp_path / "plots"), "--results", str(results),
                           "--endpoint", "final_debate_accuracy"]) == 0
-    summary = json.loads((results / "summary.json").read_text())
+    text = (results / "summary.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    summary = json.loads(text)
+    transfer = summary["secondary_endpoints"]["transfer_accuracy"]
+    coma = next(c for c in transfer["vs_baseline"] if c["strategy"] == "coma")
+    assert coma["mean_difference"] == pytest.approx(np.mean([a - b for a, b in zip(finals["coma"], finals["identity"])]))
+    assert all(r["transfer_accuracy"] is not None and r["initial_transfer_accuracy"] == 0.2 for r in summary["runs"])
     assert summary["endpoint"] == "final_debate_accuracy" and set(summary) >= {"runs", "table", "comparison"}
     row = summary["runs"][0]
     assert row["strategy"] == "identity" and row["seed"] == 42
@@ -184,7 +213,7 @@ def test_export_results_with_the_debate_endpoint(tmp_path):
         assert {"strategy", "seeds", "mean_difference", "ci95", "p", "p_holm"} <= set(entry)
     assert comparison["blocked"]["seeds_used"] == [42, 43, 44]
     assert comparison["learning"][0]["mean_gain"] == pytest.approx(0.2)
-    assert set(summary["secondary_endpoints"]) == {"final_accuracy", "auc_accuracy", "auc_debate_accuracy"}
+    assert set(summary["secondary_endpoints"]) == {"final_accuracy", "auc_accuracy", "auc_debate_accuracy", "transfer_accuracy"}
     table_md = (results / "table.md").read_text()
     assert "Blocked by seed" in table_md and "Holm p" in table_md and "Secondary endpoint `auc_debate_accuracy`" in table_md
     assert sorted(p.name for p in (results / "runs" / "coma-seed43" / "validation").iterdir()) == ["step_0.jsonl", "step_4.jsonl"]

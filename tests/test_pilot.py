@@ -46,17 +46,27 @@ def test_setting_report_pairs_by_seed_and_ignores_unfinished_runs():
     assert r["seeds"] == [1, 2] and r["differences"] == pytest.approx([0.04, 0.0])
     assert r["sd_d"] == pytest.approx(math.sqrt(0.0008)) and r["runs"] == 5
     assert r["cost_cpu_s"] == pytest.approx(200.0)
-    assert r["item_var"] == pytest.approx(sum(p * (1 - p) for p in (0.3, 0.4, 0.35, 0.34, 0.4)) / 5 / 300)
+    # the item noise over the paired runs only, as the between-seed variance (identity seed 3 is unpaired)
+    assert r["item_var"] == pytest.approx(sum(p * (1 - p) for p in (0.3, 0.4, 0.34, 0.4)) / 4 / 300)
     assert r["item_share"] == pytest.approx(r["item_var"] / r["between_seed_var"])
 
 
 def test_the_default_is_kept_within_the_tie_and_left_for_a_clear_win():
-    close = {"b2": {"variance_x_cost": 1.0, "sd_d": 0.06}, "b4": {"variance_x_cost": 0.85, "sd_d": 0.04}}
-    assert decide(close, default="b2")["setting"] == "b2"  # 15% better: within the 25% tie
-    clear = {"b2": {"variance_x_cost": 1.0, "sd_d": 0.06}, "b4": {"variance_x_cost": 0.5, "sd_d": 0.04}}
-    d = decide(clear, default="b2")
+    def settings(b2: float, b4: float | None) -> dict:
+        return {"b2": {"variance_x_cost": b2, "sd_d": 0.06, "seeds": [1, 2, 3, 4]},
+                "b4": {"variance_x_cost": b4, "sd_d": 0.04, "seeds": [1, 2, 3, 4]}}
+
+    assert decide(settings(1.0, 0.85), default="b2")["setting"] == "b2"  # 15% better: within the 25% tie
+    # the boundary: b4 is chosen only when b2's product exceeds 1.25 x b4's
+    assert decide(settings(1.0, 0.79), default="b2")["setting"] == "b4"
+    assert decide(settings(1.0, 0.81), default="b2")["setting"] == "b2"
+    d = decide(settings(1.0, 0.5), default="b2")
     assert d["setting"] == "b4" and d["blocks"] == blocks_for_halfwidth(0.04, 0.04, minimum=5)
-    assert decide({"b2": {"variance_x_cost": None}, "b4": clear["b4"]}, default="b2")["setting"] is None
+    assert d["n_seeds"] == {"b2": 4, "b4": 4}
+    assert decide(settings(None, 0.5), default="b2")["setting"] is None
+    # a setting without its score yet (one paired seed) must not lose by default
+    early = decide(settings(1.0, None), default="b2")
+    assert early["setting"] is None and "b4" in early["why"]
 
 
 def test_cli_writes_the_decision_next_to_the_settings(tmp_path, capsys):

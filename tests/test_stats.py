@@ -138,6 +138,9 @@ def test_holm_by_hand():
     assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1
     assert holm([0.02]) == [0.02] and holm([]) == []
+    for bad in (float("nan"), -0.1, 1.5, None):  # a NaN would sort first and make every adjusted p 1
+        with pytest.raises(ValueError, match="p-values in"):
+            holm([0.01, bad, 0.02])
 
 
 def test_blocked_anova_reproduces_the_sweep_and_the_paired_t():
