@@ -34,6 +34,26 @@ def round_size(n: int, minimum: int = 1, multiple: int = 1) -> int:
     n = max(n, minimum, 1)
     return next(c for c in sizes_upto(2 * pow2_ceil(n), multiple) if c >= n)
 
+PROMPT_STEP = 16  # the sampler's prompt widths up to 256 are multiples of this
+CACHE_STEP = 64  # its KV-cache lengths are multiples of this (bounds the decode loop's compiled shapes)
+
+
+def round_up(n: int, step: int) -> int:
+    """The smallest multiple of ``step`` that is >= ``n``."""
+    return -(-n // step) * step
+
+
+def prompt_bucket(n: int, minimum: int) -> int:
+    """A sampler's padded prompt width: multiples of 16 up to 256, then powers of two and 1.5x powers
+    of two up to 512, then multiples of 512: fine steps where short prompts make prefill the cost (a
+    debate round's prompts after their shared head; bench/README "validation")."""
+    n = max(n, minimum)
+    if n <= 256:
+        return round_up(n, PROMPT_STEP)
+    if n <= 512:
+        return round_size(n, minimum)
+    return round_up(n, 512)
+
 
 def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
     n = min(len(a), len(b), limit)

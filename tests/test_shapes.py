@@ -22,3 +22,14 @@ def test_group_prefixes_shares_when_it_saves_tokens():
     capped = group_prefixes(keys[:3], shareable[:3], [len(k) + 5 for k in keys[:3]], max_size=55)
     assert sorted(len(m) for _, m in capped) == [1, 2]
     assert all(p == 0 for p, _ in group_prefixes(keys[:3], shareable[:3], [50] * 3, min_prefix=64))
+
+
+def test_prompt_buckets_are_fine_where_prefill_costs_and_coarse_beyond():
+    from jaxdebate.shapes import prompt_bucket, round_up
+
+    assert [prompt_bucket(n, 16) for n in (1, 16, 17, 69, 76, 80, 81, 256)] == [16, 16, 32, 80, 80, 80, 96, 256]
+    assert [prompt_bucket(n, 16) for n in (257, 384, 385, 513, 1100)] == [384, 384, 512, 1024, 1536]
+    assert prompt_bucket(3, 32) == 32  # the minimum
+    assert all(prompt_bucket(n, 16) >= n for n in range(1, 2000))
+    assert len({prompt_bucket(n, 16) for n in range(1, 257)}) == 16  # one compiled width per 16 tokens
+    assert round_up(209, 64) == 256 and round_up(256, 64) == 256

@@ -35,25 +35,9 @@ from jaxdebate.model.llama import (
 )
 from jaxdebate.model.mesh import batch_sharding, shard_params
 from jaxdebate.sampling.base import Completion, SamplingParams, per_prompt_params
-from jaxdebate.shapes import group_prefixes, round_size
+from jaxdebate.shapes import CACHE_STEP, group_prefixes, prompt_bucket, round_size, round_up
 
 _TOP_P_ITERS = 32
-
-
-_PROMPT_STEP = 16  # prompt widths up to 256 are multiples of this
-_CACHE_STEP = 64  # cache lengths are multiples of this (bounds the decode loop's compiled shapes)
-
-
-def _prompt_bucket(n: int, minimum: int) -> int:
-    """Multiples of 16 up to 256, then powers of two and 1.5x powers of two up to 512, then multiples
-    of 512. The fine steps matter where prefill is the cost: a debate's second-round prompts have ~70
-    tokens after their shared head, 96 on the coarse grid (bench/README "validation")."""
-    n = max(n, minimum)
-    if n <= 256:
-        return -(-n // _PROMPT_STEP) * _PROMPT_STEP
-    if n <= 512:
-        return round_size(n, minimum)
-    return -(-n // 512) * 512
 
 
 # ------------------------------------------------------------------------------------------ device code
@@ -344,8 +328,8 @@ class JaxSampler:
                 group_of.append(g)
                 shared[distinct[k]] = prefix
         longest_head = max(prefix for prefix, _ in groups)
-        head_width = _prompt_bucket(longest_head, self.min_prompt_bucket) if longest_head else 0
-        width = _prompt_bucket(max(len(prompts[i]) - shared[i] for i in distinct), self.min_prompt_bucket)
+        head_width = prompt_bucket(longest_head, self.min_prompt_bucket) if longest_head else 0
+        width = prompt_bucket(max(len(prompts[i]) - shared[i] for i in distinct), self.min_prompt_bucket)
         n_prompts = round_size(len(distinct), multiple=self._min_rows)
         n_rows = round_size(len(rows), multiple=self._min_rows)
         max_new = [min(per_prompt[i].max_tokens, self.max_total_len - len(prompts[i])) for i, _ in rows]
@@ -386,7 +370,7 @@ class JaxSampler:
         params = self._params
         logits, cache, pos = self._prefill(params, jnp.asarray(heads), jnp.asarray(head_mask), jnp.asarray(group),
                                            self._place(ids), self._place(mask), jnp.asarray(row_prompt),
-                                           -(-(head_width + width + new_len) // _CACHE_STEP) * _CACHE_STEP)
+                                           round_up(head_width + width + new_len, CACHE_STEP))
         state = {
             "cache": cache,
             "logits": logits,
