@@ -442,18 +442,18 @@ def block_seconds(runs: Sequence[RunSpec], start: int) -> float | None:
     """Expected wall seconds of the unfinished runs in the block (the consecutive runs of one seed)
     that ``runs[start]`` belongs to: their number times the mean wall time of the finished runs
     (None when none has finished)."""
-    walls = [float(read_state(r.workdir)["wall_time_s"]) for r in runs
-             if effective_status(r) == "done" and read_state(r.workdir).get("wall_time_s")]
+    done = [effective_status(r) == "done" for r in runs]
+    walls = [float(wall) for r, finished in zip(runs, done) if finished
+             and (wall := read_state(r.workdir).get("wall_time_s"))]
     if not walls:
         return None
-    lo = start
-    while lo > 0 and runs[lo - 1].seed == runs[start].seed:
+    seed = runs[start].seed
+    lo, hi = start, start
+    while lo > 0 and runs[lo - 1].seed == seed:
         lo -= 1
-    hi = start
-    while hi < len(runs) and runs[hi].seed == runs[start].seed:
+    while hi < len(runs) and runs[hi].seed == seed:
         hi += 1
-    pending = sum(effective_status(r) != "done" for r in runs[lo:hi])
-    return pending * sum(walls) / len(walls)
+    return sum(not finished for finished in done[lo:hi]) * sum(walls) / len(walls)
 
 
 def run_statuses(runs: Iterable[RunSpec]) -> list[dict[str, Any]]:

@@ -311,6 +311,9 @@ def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity
         out["blocked"] = blocked
     base = values.get(baseline, {})
     diffs_by_strategy = {}
+    # simultaneous intervals for the family of m comparisons (Bonferroni, level 1 - 0.05/m): where
+    # one excludes 0, so does Holm (it never rejects less); a ranking rests on these
+    m = sum(strategy != baseline for strategy in values)
     for strategy, by_seed in values.items():
         if strategy == baseline:
             continue
@@ -319,14 +322,10 @@ def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity
         diffs_by_strategy[strategy] = diffs
         entry = {"strategy": strategy, "seeds": seeds, "mean_difference": _mean(diffs), **_t_entry(diffs)}
         entry["equivalence"] = equivalence_test(diffs, EQUIVALENCE_MARGIN) if len(diffs) >= 2 else None
+        simultaneous = t_interval(diffs, level=1 - 0.05 / m)
+        entry["ci_simultaneous"] = list(simultaneous) if simultaneous else None
         out["vs_baseline"].append(entry)
     _with_holm(out["vs_baseline"])
-    # simultaneous intervals for the family (Bonferroni, level 1 - 0.05/m): where two of them separate
-    # the arms, so does Holm (it never rejects less); a ranking rests on these
-    m = len(out["vs_baseline"])
-    for e, diffs in zip(out["vs_baseline"], diffs_by_strategy.values()):
-        interval = t_interval(diffs, level=1 - 0.05 / m) if len(diffs) >= 2 else None
-        e["ci_simultaneous"] = list(interval) if interval else None
     widths = [(e["ci95"][1] - e["ci95"][0]) / 2 for e in out["vs_baseline"] if e["ci95"]]
     out["max_halfwidth"] = max(widths) if widths else None  # the precision rule's figure (PROTOCOL: <= 0.05)
     initial = INITIAL.get(endpoint)

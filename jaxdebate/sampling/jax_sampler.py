@@ -1,9 +1,9 @@
 """In-process JAX sampler: jitted prefill + decode over the KV cache (DESIGN §6).
 
 Each ``generate`` call groups its ``prompt x n`` rows into batches; a batch is left-padded to static,
-bucketed shapes (rows and new tokens: powers of two; prompt widths: :func:`jaxdebate.shapes.prompt_bucket`)
-so prompts of new lengths reuse the compiled code. The distinct prompts of a batch are prefilled once and their caches copied to their ``n``
-rows; prompts that start alike (a system prompt, a worked example, a debate's question) share one
+bucketed shapes (rows and new tokens: powers of two; prompt widths:
+:func:`jaxdebate.shapes.prompt_bucket`) so prompts of new lengths reuse the compiled code. The
+distinct prompts of a batch are prefilled once and their caches copied to their ``n`` rows; prompts that start alike (a system prompt, a worked example, a debate's question) share one
 prefill of their common prefix (:func:`jaxdebate.shapes.group_prefixes`); decoding is a
 ``lax.while_loop`` over tokens that exits as soon as every row is done. Between decode chunks
 (``decode_chunk`` tokens) the host checks stop strings and drops finished rows (``shrink``).
