@@ -130,6 +130,9 @@ def main() -> None:
     if args.child:
         child(args)
         return
+    # On a GPU this parent only exports the weights, but JAX would hold 75% of the GPU's memory for the
+    # parent's whole life (the variants then ran out of memory); the children inherit the setting.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     hf_dir()
     results = {}
     tokens = args.batch * args.length

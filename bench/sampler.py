@@ -155,9 +155,11 @@ def bench_hf(params, config, tokenizer, prompts, sp, workdir: Path) -> dict:
     from transformers import AutoModelForCausalLM
 
     export_hf(params, config, workdir / "hf", tokenizer=tokenizer, dtype="float32")
-    model = AutoModelForCausalLM.from_pretrained(str(workdir / "hf"), dtype=torch.float32).eval()
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the peer runs where the JaxSampler does
+    model = AutoModelForCausalLM.from_pretrained(str(workdir / "hf"), dtype=torch.float32).to(device).eval()
     batch = tokenizer.pad_left(prompts)
-    ids, mask = torch.tensor(batch.ids, dtype=torch.long), torch.tensor(batch.mask, dtype=torch.long)
+    ids = torch.tensor(batch.ids, dtype=torch.long, device=device)
+    mask = torch.tensor(batch.mask, dtype=torch.long, device=device)
     stops = list(tokenizer.stop_ids)
 
     def run(max_new):
@@ -171,7 +173,7 @@ def bench_hf(params, config, tokenizer, prompts, sp, workdir: Path) -> dict:
 
     run(4)  # warm-up
     out, wall = timed(lambda: run(sp.max_tokens))
-    new = out[:, ids.shape[1]:].numpy()
+    new = out[:, ids.shape[1]:].cpu().numpy()
     tokens = 0
     for row in new:  # up to and including the first stop token
         hits = np.nonzero(np.isin(row, stops))[0]

@@ -130,7 +130,8 @@ def run_jax(args) -> dict:
         times.append(time.perf_counter() - t0)
     return {"first_step_s": first, "step_s": float(np.median(times)), "loss": m["loss"],
             "rss_after_load_gb": base, "peak_rss_gb": rss_gb(), "computed_tokens": stats["padded_tokens"],
-            "shapes": [list(mb["tokens"].shape) + [mb["targets"].shape[1]] for mb in mbs]}
+            "shapes": [list(mb["tokens"].shape) + [mb["targets"].shape[1]] for mb in mbs],
+            "device": str(jax.devices()[0].device_kind), "flops_per_token": config.flops_per_token(args.length)}
 
 
 # ------------------------------------------------------------------------------------------- torch
@@ -152,7 +153,19 @@ def timed_torch_steps(step, args, *, computed_tokens) -> dict:
         times.append(time.perf_counter() - t0)
     return {"first_step_s": first, "step_s": float(np.median(times)), "loss": loss,
             "rss_after_load_gb": base, "peak_rss_gb": rss_gb(), "threads": torch.get_num_threads(),
-            "computed_tokens": computed_tokens}
+            "computed_tokens": computed_tokens, "device": torch_device()}
+
+
+def torch_device() -> str:
+    """``cuda`` where torch sees a GPU (then with TF32 matmuls, as XLA computes float32 dots on GPU by
+    default, so that fp32 compares like with like), else ``cpu``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    return "cuda"
 
 
 def torch_token_loss(lp, old, smp, ref_lp, adv):
@@ -173,8 +186,9 @@ def run_torch(args) -> dict:
 
     torch.manual_seed(0)
     bf16 = args.variant.endswith("bf16")
-    model = LlamaForCausalLM.from_pretrained(str(hf_dir()), torch_dtype=torch.float32)
-    ref = LlamaForCausalLM.from_pretrained(str(hf_dir()), torch_dtype=torch.float32).eval()
+    device = torch_device()
+    model = LlamaForCausalLM.from_pretrained(str(hf_dir()), torch_dtype=torch.float32).to(device)
+    ref = LlamaForCausalLM.from_pretrained(str(hf_dir()), torch_dtype=torch.float32).to(device).eval()
     for p in ref.parameters():
         p.requires_grad_(False)
     model.train()
@@ -192,12 +206,13 @@ def run_torch(args) -> dict:
         attention[i, :n] = 1
         loss_mask[i, len(p):n] = True
         sampler_lp[i, len(p):n] = torch.from_numpy(lp)
+    tokens, attention, loss_mask = tokens.to(device), attention.to(device), loss_mask.to(device)
     mask = loss_mask[:, 1:].float()
-    adv_t = torch.tensor([a for _, _, _, a in samples])[:, None]
-    smp = sampler_lp[:, 1:]
+    adv_t = torch.tensor([a for _, _, _, a in samples], device=device)[:, None]
+    smp = sampler_lp[:, 1:].to(device)
 
     def token_lp(m, with_entropy):
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
             logits = m(input_ids=tokens, attention_mask=attention).logits[:, :-1].float()
         logp = torch.log_softmax(logits, dim=-1)
         lp = logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)
@@ -236,8 +251,11 @@ def run_torch_packed(args) -> dict:
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(0)
-    model = LlamaForCausalLM.from_pretrained(str(hf_dir()), torch_dtype=torch.float32, attn_implementation="sdpa")
-    ref = LlamaForCausalLM.from_pretrained(str(hf_dir()), torch_dtype=torch.float32, attn_implementation="sdpa").eval()
+    device = torch_device()
+    model = LlamaForCausalLM.from_pretrained(str(hf_dir()), torch_dtype=torch.float32,
+                                             attn_implementation="sdpa").to(device)
+    ref = LlamaForCausalLM.from_pretrained(str(hf_dir()), torch_dtype=torch.float32,
+                                           attn_implementation="sdpa").to(device).eval()
     for p in ref.parameters():
         p.requires_grad_(False)
     model.train()
@@ -252,7 +270,8 @@ def run_torch_packed(args) -> dict:
         mask |= torch.eye(n, dtype=torch.bool)[None]  # padding rows see themselves (no all-masked softmax)
         as_long = {k: torch.from_numpy(mb[k].astype(np.int64)) for k in ("tokens", "positions", "window_index", "targets")}
         floats = {k: torch.from_numpy(mb[k]) for k in ("sampler_logprobs", "advantages", "token_weights")}
-        return {**as_long, **floats, "mask": mask[:, None], "loss_mask": torch.from_numpy(mb["loss_mask"])}
+        out = {**as_long, **floats, "mask": mask[:, None], "loss_mask": torch.from_numpy(mb["loss_mask"])}
+        return {k: v.to(device) for k, v in out.items()}
 
     batches = [tensors(mb) for mb in mbs]
 
@@ -330,6 +349,9 @@ def main() -> None:
     parser.add_argument("--trainer-step", action="store_true")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--set", nargs="*", default=[], help="extra overrides for --trainer-step")
+    parser.add_argument("--peak", type=float, help="uniform workload: TFLOP/s that the jax variants' MFU is "
+                        "measured against (model FLOPs: 4 forwards per sequence token, policy forward+backward "
+                        "and the reference forward)")
     parser.add_argument("--host-memory", default="launcher", choices=("launcher", "default"),
                         help="launcher: every variant (jax and torch alike) runs with the glibc tunables the "
                              "launcher gives a training process (jaxdebate.host_memory); default: glibc's own")
@@ -344,6 +366,9 @@ def main() -> None:
         print("RESULT " + json.dumps(result), flush=True)
         return
 
+    # On a GPU this parent only exports the weights, but JAX would hold 75% of the GPU's memory for the
+    # parent's whole life (the variants then ran out of memory); the children inherit the setting.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     hf_dir()  # export once, before any timed child
     from jaxdebate import host_memory
 
@@ -371,6 +396,12 @@ def main() -> None:
               f"{r['first_step_s']:7.2f} s  peak RSS {r['peak_rss_gb']:5.2f} GB (after load "
               f"{r['rss_after_load_gb']:.2f})  loss {r['loss']:.5f}  computed tokens {r['computed_tokens']:.0f}",
               flush=True)
+        if args.workload == "uniform" and "flops_per_token" in r:
+            tflops = 4 * r["flops_per_token"] * tokens / r["step_s"] / 1e12
+            mfu = f", MFU {100 * tflops / args.peak:.1f}% of {args.peak:g}" if args.peak else ""
+            print(f"{'':<20} on {r['device']}: {tflops:.2f} model TFLOP/s{mfu}", flush=True)
+        elif "device" in r:
+            print(f"{'':<20} on {r['device']}", flush=True)
     for precision in ("fp32", "bf16"):
         ours, peer = results.get(f"jax-{precision}"), results.get(f"torch-{precision}")
         if ours and peer:
