@@ -36,7 +36,6 @@ def main() -> int:
     from jaxdebate.configlib import load_config
     from jaxdebate.debate import Grader
     from jaxdebate.rl import validation_plan
-    from jaxdebate.sampling.base import SamplingParams
     from jaxdebate.sampling.factory import make_sampler
 
     if args.workdir:
@@ -52,9 +51,6 @@ def main() -> int:
         tokenizer = load_tokenizer(config.model.source)
     _, val_items = config.data.load()
     val_items = val_items[:args.items] if args.items else val_items
-    step = config.training.total_train_steps + 1  # neither 0 nor the last step: no cache, no transfer set
-    sampling = SamplingParams(temperature=config.sampler.eval_temperature, top_p=1.0,
-                              max_tokens=config.sampler.max_new_tokens)
     flags = simd_flags() or "(no AVX-512/AMX)"
     print(f"[bench] {len(val_items)} held-out items, {args.workdir or 'base model ' + config.model.source}; "
           f"cpu flags: {flags}", flush=True)
@@ -67,11 +63,9 @@ def main() -> int:
                               max_total_len=cfg.debate.max_sequence_length, seed=cfg.training.seed) as sampler:
                 for rep in range(args.repeat):
                     start = time.perf_counter()
-                    out = Path(tmp) / f"{dtype}-{rep}"
-                    metrics = validation_plan.run(step, cfg, sampler, tokenizer, grader, val_items, [],
-                                                  sampling=sampling, workdir=out)
+                    metrics, rows = validation_plan.run_offline(cfg, sampler, tokenizer, grader, val_items,
+                                                                Path(tmp) / f"{dtype}-{rep}")
                     seconds[dtype] = time.perf_counter() - start
-                    rows = validation_plan.read_rows(out, step)
                     answers[dtype] = {(r["mode"], r["id"]): r["answers"] for r in rows}
                     acc = {k: round(v, 3) for k, v in metrics.items() if k.endswith("accuracy/debate")}
                     print(f"[bench] {dtype} pass {rep + 1}: {seconds[dtype]:.1f} s, {acc}", flush=True)

@@ -49,7 +49,6 @@ from jaxdebate.rl.step_metrics import timing_metrics, train_metrics
 from jaxdebate.rl.timing import PhaseTimer
 from jaxdebate.rl.watch import StepWatch
 from jaxdebate.rl import validation_plan
-from jaxdebate.sampling.base import SamplingParams
 from jaxdebate.sampling.factory import make_sampler
 from jaxdebate.workdir_lock import WorkdirLock
 
@@ -253,12 +252,6 @@ class Trainer:
 
     # -------------------------------------------------------------------------------------- step
 
-    def _sampling_params(self, *, evaluation: bool) -> SamplingParams:
-        s = self.config.sampler
-        if evaluation:
-            return SamplingParams(temperature=s.eval_temperature, top_p=1.0, max_tokens=s.max_new_tokens)
-        return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens)
-
     def _train_step(self, run: run_state.RunState) -> StepResult:
         """Sample and grade debates (process 0), turn them into samples, update, move the reference
         and the sampler's weights when due; the run after the step."""
@@ -276,7 +269,7 @@ class Trainer:
                     batch = run_debates(
                         self.sampler, self.tokenizer, items, config=cfg.debate,
                         n_rollouts=cfg.training.generations_per_prompt,
-                        sampling=self._sampling_params(evaluation=False), grader=self.grader,
+                        sampling=cfg.sampler.sampling_params(), grader=self.grader,
                         env_name_remap=cfg.data.env_name_remap, seed=seed,
                     )
         except _Stop:
@@ -341,7 +334,8 @@ class Trainer:
         with self.timer("validation"):
             metrics = validation_plan.run(
                 run.step, self.config, self.sampler, self.tokenizer, self.grader, self.val_items,
-                self.transfer_items, sampling=self._sampling_params(evaluation=True), workdir=self.workdir)
+                self.transfer_items, sampling=self.config.sampler.sampling_params(evaluation=True),
+                workdir=self.workdir)
         return {**metrics, "val/weight_version": float(run.sampler_version)} if metrics else {}
 
     # --------------------------------------------------------------------------------------- run

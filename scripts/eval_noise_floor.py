@@ -19,7 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from jaxdebate.checkpoint import load_policy  # noqa: E402
 from jaxdebate.debate import Grader  # noqa: E402
 from jaxdebate.rl import validation_plan  # noqa: E402
-from jaxdebate.sampling.base import SamplingParams  # noqa: E402
 from jaxdebate.sampling.factory import make_sampler  # noqa: E402
 from jaxdebate.sampling.hardware import simd_flags  # noqa: E402
 
@@ -31,19 +30,16 @@ def main() -> int:
     args = parser.parse_args()
     params, llama, tokenizer, config = load_policy(args.workdir)
     _, val_items = config.data.load()
-    step = config.training.total_train_steps + 1  # not 0 and not the last step: no cache, no transfer set
-    sampling = SamplingParams(temperature=config.sampler.eval_temperature, top_p=1.0,
-                              max_tokens=config.sampler.max_new_tokens)
     rows, seconds = [], []
     with Grader() as grader, tempfile.TemporaryDirectory() as tmp:
         for repeat in range(2):
             start = time.perf_counter()
             with make_sampler(config.sampler, params, llama, tokenizer, workdir=tmp,
                               max_total_len=config.debate.max_sequence_length, seed=config.training.seed) as sampler:
-                validation_plan.run(step, config, sampler, tokenizer, grader, val_items, [], sampling=sampling,
-                                    workdir=Path(tmp) / str(repeat))
+                _, found = validation_plan.run_offline(config, sampler, tokenizer, grader, val_items,
+                                                       Path(tmp) / str(repeat))
             seconds.append(time.perf_counter() - start)
-            rows.append(validation_plan.read_rows(Path(tmp) / str(repeat), step))
+            rows.append(found)
     first, second = ({(r["mode"], r["id"]): r for r in rs} for rs in rows)
     differ = {mode: sum(first[k]["answers"] != second[k]["answers"] for k in first if k[0] == mode)
               for mode in sorted({k[0] for k in first})}

@@ -150,3 +150,13 @@ def run(step: int, config, sampler, tokenizer, grader, val_items: Sequence[Item]
     if key is not None:
         store(key, metrics, rows)
     return metrics
+
+
+def run_offline(config, sampler, tokenizer, grader, val_items: Sequence[Item],
+                workdir: Path) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """One validation pass outside a run (noise floor, benches), decoded as the trainer validates: at a
+    step that is neither 0 nor the last (no step-0 cache, no transfer set); the metrics and the rows."""
+    step = config.training.total_train_steps + 1
+    metrics = run(step, config, sampler, tokenizer, grader, val_items, [],
+                  sampling=config.sampler.sampling_params(evaluation=True), workdir=workdir)
+    return metrics, read_rows(workdir, step)

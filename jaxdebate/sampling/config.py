@@ -6,6 +6,7 @@ import dataclasses
 from typing import ClassVar, Literal
 
 from jaxdebate.configlib import Section
+from jaxdebate.sampling.base import SamplingParams
 from jaxdebate.sampling.factory import BACKENDS
 from jaxdebate.sampling.vllm.config import VLLMConfig
 
@@ -57,3 +58,10 @@ class SamplerConfig(Section):
         self._at_least(1, "max_new_tokens")
         if not self.eval_temperature >= 0:
             self._fail("eval_temperature", "must be >= 0 (0 = greedy)")
+
+    def sampling_params(self, *, evaluation: bool = False) -> SamplingParams:
+        """The decoding of a training step, or with ``evaluation`` of a validation (``eval_temperature``,
+        no nucleus cut): one definition for the trainer, the benches and the noise-floor script."""
+        if evaluation:
+            return SamplingParams(temperature=self.eval_temperature, top_p=1.0, max_tokens=self.max_new_tokens)
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_new_tokens)

@@ -8,8 +8,12 @@ import json
 
 import numpy as np
 
+from jaxdebate.checkpoint import load_policy
+from jaxdebate.debate import Grader
 from jaxdebate.launch import EXIT_OK, main
 from jaxdebate.metrics import read_metrics
+from jaxdebate.rl import validation_plan
+from jaxdebate.sampling.factory import make_sampler
 
 OVERRIDES = [
     "training.total_train_steps=2", "training.validation_every_steps=1", "training.validate_at_start=true",
@@ -57,3 +61,26 @@ def test_every_validation_writes_item_rows_and_step_0_is_reused(tmp_path, monkey
     assert _rows(second, 0) == _rows(first, 0)
     assert {k: v for k, v in again.items() if k.startswith("val/") and k != "val/cached"} == \
         {k: v for k, v in records[0].items() if k.startswith("val/")}
+
+    # a validation outside the run (the noise-floor script, bench/validation.py) of its last checkpoint
+    # decodes as the run did: the same greedy answers on the held-out items, no transfer set, no cache
+    params, llama, tokenizer, config = load_policy(first)
+    _, val_items = config.data.load()
+    with Grader() as grader, make_sampler(config.sampler, params, llama, tokenizer, workdir=tmp_path / "offline",
+                                          max_total_len=config.debate.max_sequence_length,
+                                          seed=config.training.seed) as sampler:
+        metrics, rows = validation_plan.run_offline(config, sampler, tokenizer, grader, val_items,
+                                                    tmp_path / "offline")
+    last = {(r["mode"], r["id"]): r["answers"] for r in _rows(first, 2) if r["set"] == "heldout"}
+    assert {(r["mode"], r["id"]): r["answers"] for r in rows} == last
+    assert "val/cached" not in metrics and metrics["val/debate/accuracy/debate"] == records[2]["val/debate/accuracy/debate"]
+    assert (tmp_path / "offline" / "validation" / "step_3.jsonl").is_file()
+
+
+def test_evaluation_decoding_is_greedy_without_a_nucleus_cut():
+    from jaxdebate.sampling.config import SamplerConfig
+
+    s = SamplerConfig(temperature=0.7, top_p=0.9, max_new_tokens=48, eval_temperature=0.0)
+    train, evaluation = s.sampling_params(), s.sampling_params(evaluation=True)
+    assert (train.temperature, train.top_p, train.max_tokens) == (0.7, 0.9, 48)
+    assert (evaluation.temperature, evaluation.top_p, evaluation.max_tokens) == (0.0, 1.0, 48)
