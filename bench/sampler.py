@@ -140,10 +140,10 @@ def bench_vllm(params, config, tokenizer, prompts, sp, args, workdir: Path) -> d
     }
 
 
-def bench_jax(params, config, tokenizer, prompts, sp) -> dict:
+def bench_jax(params, config, tokenizer, prompts, sp, max_batch: int) -> dict:
     from jaxdebate.sampling import JaxSampler
 
-    with JaxSampler(params, config, tokenizer, max_total_len=1024) as sampler:
+    with JaxSampler(params, config, tokenizer, max_total_len=1024, max_batch=max_batch) as sampler:
         _, first = timed(lambda: sampler.generate(prompts, sp))  # compiles the shapes of this workload
         out, wall = timed(lambda: sampler.generate(prompts, sp))
     return {"tokens": count_tokens(out), "wall_s": wall, "first_call_s": first,
@@ -190,6 +190,8 @@ def main() -> None:
     parser.add_argument("--syncs", type=int, default=5)
     parser.add_argument("--greedy-tokens", type=int, default=64)
     parser.add_argument("--compiled", action="store_true", help="vLLM without --enforce-eager")
+    parser.add_argument("--jax-max-batch", type=int, default=64,
+                        help="rows the JaxSampler decodes together (sampler.jax.max_batch; raise it on a GPU)")
     parser.add_argument("--skip", default="", help="comma-separated: vllm,jax,hf")
     parser.add_argument("--sync-only", action="store_true",
                         help="only the weight-sync latency: path syncs to a local server, then push syncs")
@@ -219,7 +221,7 @@ def main() -> None:
                 print(f"vLLM start-up {v['startup_s']:.1f} s")
                 print_sync(f"{args.source} bf16, path (/dev/shm)", v)
         if "jax" not in skip:
-            rows["JaxSampler (f32)"] = j = bench_jax(params, config, tokenizer, prompts, sp)
+            rows["JaxSampler (f32)"] = j = bench_jax(params, config, tokenizer, prompts, sp, args.jax_max_batch)
             print(f"JaxSampler first call (compiles) {j['first_call_s']:.1f} s")
             vkey = next((k for k in rows if k.startswith("vLLM")), None)
             if vkey is not None:
