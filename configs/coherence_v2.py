@@ -12,7 +12,7 @@ problems of the same generator (a disjoint slice).
 Variants share the rollouts and differ only in :data:`VARIANTS`' overrides (one ``--set`` each);
 the seed is ``dpo.seed`` (adapter initialisation and pair order)::
 
-    python -m jaxdebate.coherence all --config configs/coherence_v2.py   # collects, then the dpo variant
+    python -m jaxdebate.coherence all --config configs/coherence_v2.py   # collects, then dpo at seed 1
     python -m jaxdebate.coherence all --config configs/coherence_v2.py --workdir runs/coherence_v2/sft-seed1 \\
         --set variant=sft --set dpo.seed=1 --set dpo.objective=sft
     python -m jaxdebate.coherence.report runs/coherence_v2 --out results/coherence-v2
@@ -40,8 +40,9 @@ VARIANTS: dict[str, list[str]] = {
 
 def get_config():
     return apply_overrides(coherence.get_config(), [
-        f"workdir={ROOT}/dpo-seed42",
+        f"workdir={ROOT}/dpo-seed1",  # the driver's dpo run at seed 1 (scripts/coherence_v2.py)
         "variant=dpo",
+        "dpo.seed=1",
         "protocol=answer_line",
         f"data.train={ARITHMETIC},slice=0:500",
         "data.n_questions=500",

@@ -13,6 +13,8 @@ number of the text). ``format_ok`` says whether the strict line is there; its me
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,6 +24,7 @@ from jaxdebate.coherence import jsonl
 from jaxdebate.coherence.arms import SEED_FORMAT, AnswerFormat, canonical_messages
 from jaxdebate.data import Item
 from jaxdebate.debate.answers import extract_answer
+from jaxdebate.errors import DataError
 from jaxdebate.sampling.base import Sampler, SamplingParams
 from jaxdebate.stats import mcnemar_test, wilson_interval
 
@@ -52,8 +55,9 @@ def graded_rows(items: Sequence[Item], texts: Sequence[str], grader: Any, fmt: A
 
 
 def accuracy_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """``n``, ``correct``, ``accuracy`` with its Wilson ``ci95``, ``format_rate``, ``strict_accuracy``
-    and ``lenient_accuracy`` (None for rows written before those were graded)."""
+    """``n``, ``correct``, ``accuracy`` with its Wilson ``ci95``, ``format_rate``, ``strict_accuracy``,
+    ``lenient_accuracy`` and ``truncated_rate`` (the share that hit the token limit; None for rows
+    written before those were recorded)."""
     n = len(rows)
     k = sum(bool(r["correct"]) for r in rows)
 
@@ -62,7 +66,9 @@ def accuracy_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     return {"n": n, "correct": k, "accuracy": k / n if n else None, "ci95": list(wilson_interval(k, n)),
             "format_rate": rate("format_ok"), "strict_accuracy": rate("correct_strict"),
-            "lenient_accuracy": rate("correct_lenient")}
+            "lenient_accuracy": rate("correct_lenient"),
+            "truncated_rate": (sum(r["finish_reason"] == "length" for r in rows) / n
+                               if n and all("finish_reason" in r for r in rows) else None)}
 
 
 def evaluate(
@@ -78,12 +84,17 @@ def evaluate(
     temperature: float = 0.0,
     fmt: AnswerFormat = SEED_FORMAT,
     progress: bool = True,
+    weights: str,
 ) -> list[dict[str, Any]]:
     """Answers of the sampler's current weights for ``items`` (greedy at ``temperature`` 0); returns
-    the rows of ``out_path`` for ``items`` (rows already there are kept, not recomputed)."""
+    the rows of ``out_path`` for ``items``. Rows already there are kept, not recomputed, when they were
+    made with the same ``weights`` (what identifies the sampler's weights, e.g. an adapter's digest),
+    token budget, temperature and format: a DataError otherwise, never a silent mix."""
     from tqdm.auto import tqdm
 
     out_path = Path(out_path)
+    _check_setting(out_path, {"weights": weights, "max_tokens": max_tokens, "temperature": temperature,
+                              "format": dataclasses.asdict(fmt)})
     done = jsonl.finished_keys(out_path)
     todo = [it for it in items if it.id not in done]
     params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=0)
@@ -105,6 +116,26 @@ def evaluate(
         bar.close()
     wanted = {it.id for it in items}
     return [r for r in jsonl.read_records(out_path) if r["id"] in wanted]
+
+
+def _check_setting(out_path: Path, setting: Mapping[str, Any]) -> None:
+    """Record what ``out_path``'s rows are answers of (``<name>.setting.json`` beside it), or refuse
+    rows of another setting."""
+    side = out_path.with_name(out_path.name + ".setting.json")
+    setting = json.loads(json.dumps(setting))  # tuples as lists, as they come back from the file
+    if side.is_file():
+        found = json.loads(side.read_text())
+        if found != setting:
+            changed = sorted(k for k in set(found) | set(setting) if found.get(k) != setting.get(k))
+            raise DataError(f"{out_path} holds answers of another setting ({', '.join(changed)} differ: "
+                            f"{ {k: found.get(k) for k in changed} } there, { {k: setting.get(k) for k in changed} } "
+                            "now); delete it or evaluate into another eval.dir")
+        return
+    if jsonl.finished_keys(out_path):
+        raise DataError(f"{out_path} holds answers but no {side.name} saying what made them; delete it to "
+                        "evaluate again")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    side.write_text(json.dumps(setting, indent=2) + "\n")
 
 
 _SIDE_KEYS = ("answer", "correct", "text", "n_tokens", "finish_reason", "answer_strict", "correct_strict",

@@ -12,7 +12,8 @@ of ``rules.source`` (``arms``: the persona arms; ``canonical``: their canonical-
    :func:`gap_noise`), largest gaps first. When every trajectory ties in quality there are none.
 
 ``rules.kind`` keeps one type or both. A truncated trajectory (hit the token limit) is never chosen
-unless ``allow_truncated_chosen``; pairs with identical chosen and rejected texts are dropped. Every
+unless ``allow_truncated_chosen``; a question's repeated texts count once (:func:`distinct`), so no pair
+is made twice and chosen and rejected texts always differ. Every
 pair carries its ``split``: a question is held out (``heldout_fraction``, :func:`heldout_ids`) as a
 whole, so no held-out question contributes a training pair. Canonical pairs carry the sampled token
 ids (``chosen_tokens``/``rejected_tokens``), which training uses verbatim (exactly the policy's text).
@@ -49,6 +50,20 @@ def pool(record: Mapping[str, Any], rules: PairConfig = PairConfig()) -> list[Ma
     return [t for t in record["trajectories"] if rules.include_probes or t.get("role", "variance") == "variance"]
 
 
+def distinct(trajectories: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The first trajectory of each distinct text (its token ids where it has them). Low-temperature
+    twins often repeat one another; repeats would make copies of one pair (a question weighted by its
+    repeats) and zero gaps in the noise measurement, which no pair can have."""
+    seen: set = set()
+    out = []
+    for t in trajectories:
+        key = tuple(t["tokens"]) if t.get("tokens") is not None else t["text"]
+        if key not in seen:
+            seen.add(key)
+            out.append(t)
+    return out
+
+
 def _pair(record: Mapping[str, Any], chosen: Mapping[str, Any], rejected: Mapping[str, Any], kind: str) -> dict:
     out = {
         "question_id": record["id"],
@@ -80,7 +95,7 @@ def question_pairs(record: Mapping[str, Any], rules: PairConfig = PairConfig(),
     """The preference pairs of one question, correctness pairs before coherence pairs; a coherence
     pair needs a quality gap above ``threshold`` (default ``rules.quality_gap``)."""
     gap = rules.quality_gap if threshold is None else threshold
-    trajs = pool(record, rules)
+    trajs = distinct(pool(record, rules))
 
     def can_choose(t: Mapping[str, Any]) -> bool:
         return rules.allow_truncated_chosen or t.get("finish_reason") != "length"
@@ -115,7 +130,7 @@ def gap_noise(records: Iterable[Mapping[str, Any]], rules: PairConfig = PairConf
     """The noise of a quality gap, measured from the two probes' disagreement.
 
     Quality averages the alignment with the probes A and A′, each a random sample. For two correct
-    non-probe trajectories i, j of one question, the gap computed against A alone and against A′ alone
+    non-probe trajectories i, j of one question with distinct texts, the gap computed against A alone and against A′ alone
     are two estimates of the same preference; their difference ``d = (1 − w_c)(Δs_A − Δs_A′)`` (``s_p``:
     ½ same answer + ½ word Jaccard with probe p) has E[d²] = 2σ₁², so the standard error of the
     two-probe gap is ``σ = sqrt(mean d²) / 2``, pooled over every such pair of every question. A′
@@ -129,7 +144,7 @@ def gap_noise(records: Iterable[Mapping[str, Any]], rules: PairConfig = PairConf
             continue
         refs = [(p.get("answer_class"), word_set(p["text"])) for p in (probes["A"], probes["A_prime"])]
         sims = []
-        for t in pool(record, rules):
+        for t in distinct(pool(record, rules)):
             if t["correct"] and t.get("role", "variance") == "variance":
                 words = word_set(t["text"])
                 sims.append([0.5 * float(t.get("answer_class") is not None and t.get("answer_class") == cls)
@@ -232,6 +247,14 @@ def pairs_summary(records: Sequence[Mapping[str, Any]], pairs: Sequence[Mapping[
                    "pairs_by_type": types([p for p in pairs if p.get("split", "train") == name])}
             for name in ("train", "heldout")
         },
+    }
+    pools = [pool(rec, rules) for rec in records]
+    out["pool"] = {  # what the pairs were made of (``rules.source``); the counts above are over every arm
+        "questions_all_correct": sum(1 for ts in pools if ts and all(t["correct"] for t in ts)),
+        "questions_none_correct": sum(1 for ts in pools if not any(t["correct"] for t in ts)),
+        "questions_mixed": _mixed(pools),
+        "texts": sum(len(ts) for ts in pools),
+        "distinct_texts": sum(len(distinct(ts)) for ts in pools),
     }
     twins = [rec["canonical"] for rec in records if "canonical" in rec]
     if twins:

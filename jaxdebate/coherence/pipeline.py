@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -152,7 +153,8 @@ def pairs(ctx: Context) -> dict[str, Any]:
     _write_json(ctx.workdir / "pairs_summary.json", summary)
     by, split, gap = summary["pairs_by_type"], summary["split"], summary["coherence_gap"]
     _say(ctx, f"pairs: {summary['pairs']} from {summary['questions']} questions "
-              f"(correctness {by['correctness']}, coherence {by['coherence']}; {rules.source} texts; "
+              f"(correctness {by['correctness']}, coherence {by['coherence']}; {summary['pool']['distinct_texts']} "
+              f"distinct of {summary['pool']['texts']} {rules.source} texts; "
               f"{summary['questions_mixed']} questions mixed); held out {split['heldout']['questions']} questions "
               f"({split['heldout']['pairs']} pairs); coherence gap > {gap['threshold']:.4g}; trajectory accuracy "
               f"{summary['trajectory_accuracy']:.3f}, mean s_end {summary['mean_s_end']:.3f}, "
@@ -207,7 +209,7 @@ def _epoch_eval(ctx: Context, questions: list[dict[str, Any]], run: str):
         rows = ev.evaluate(items, ctx.sampler, ctx.tokenizer, ctx.grader, out / f"epoch_{epoch}.jsonl",
                            max_tokens=cfg.sampler.max_new_tokens, batch_size=cfg.eval.batch_size,
                            label=f"held-out epoch {epoch}", temperature=0.0, fmt=cfg.answer_format,
-                           progress=ctx.progress)
+                           progress=ctx.progress, weights=f"training run {run}, epoch {epoch}")
         figures = ev.accuracy_summary(rows)
         return {f"heldout/{k}": figures[k] for k in ("accuracy", "n", "format_rate", "strict_accuracy",
                                                       "lenient_accuracy")}
@@ -232,9 +234,12 @@ def evaluate(ctx: Context) -> dict[str, Any]:
     sampler = ctx.sampler
     params, _ = ctx.model
     sampler.update_weights(params, 0)
-    base_rows = ev.evaluate(items, sampler, ctx.tokenizer, ctx.grader, out / "base.jsonl", label="base", **kw)
+    base_rows = ev.evaluate(items, sampler, ctx.tokenizer, ctx.grader, out / "base.jsonl", label="base",
+                            weights=f"base {cfg.model.source}", **kw)
     sampler.update_weights(lora.merge(params, adapter, spec.scale), 1)
-    tuned_rows = ev.evaluate(items, sampler, ctx.tokenizer, ctx.grader, out / "dpo.jsonl", label="dpo", **kw)
+    digest = hashlib.sha256((adapter_dir / peft_export.WEIGHTS_FILE).read_bytes()).hexdigest()[:16]
+    tuned_rows = ev.evaluate(items, sampler, ctx.tokenizer, ctx.grader, out / "dpo.jsonl", label="dpo",
+                             weights=f"base {cfg.model.source} + adapter {digest}", **kw)
     sampler.update_weights(params, 0)
     rows, summary = ev.compare(items, base_rows, tuned_rows)
     summary["dataset"] = cfg.data.eval

@@ -35,17 +35,19 @@ from jaxdebate.coherence import jsonl
 from jaxdebate.coherence.evaluate import accuracy_summary
 from jaxdebate.coherence.results import eval_dirs
 from jaxdebate.errors import DataError
-from jaxdebate.stats import mcnemar_test, one_sample_t, t_interval
+from jaxdebate.stats import holm, mcnemar_test, one_sample_t, paired_t, t_interval
 
 CURVES = (
     ("heldout/accuracy", "held-out greedy accuracy"),
     ("heldout/format_rate", "held-out format rate ('Answer: N' line)"),
-    ("heldout_pairs/loss", "held-out pair loss (objective)"),
+    ("heldout_pairs/dpo_loss", "held-out pair DPO loss (every objective)"),
     ("heldout_pairs/accuracy", "held-out pair reward accuracy"),
     ("heldout_pairs/chosen_delta", "held-out log π − log π_ref, chosen"),
     ("heldout_pairs/rejected_delta", "held-out log π − log π_ref, rejected"),
 )
-FIGURES = ("accuracy", "ci95", "n", "correct", "format_rate", "strict_accuracy", "lenient_accuracy")
+FIGURES = ("accuracy", "ci95", "n", "correct", "format_rate", "strict_accuracy", "lenient_accuracy",
+           "truncated_rate")
+SELECTION_SEED = 1  # the seed whose held-out accuracy picks the variant that gets more seeds
 
 
 def variant_name(config: Mapping[str, Any]) -> str:
@@ -95,7 +97,7 @@ def run_record(workdir: Path) -> dict[str, Any] | None:
                      "epochs": d["epochs"], "early_stopping": d.get("early_stopping", False),
                      "pairs_kind": p.get("kind", "both"), "pairs_source": p.get("source", "arms"),
                      "heldout_fraction": p.get("heldout_fraction", 0.0)},
-        "eval": {}, "base": {}, "items": {},
+        "eval": {}, "base": {}, "items": {}, "items_tuned": {},
     }
     for ev in evals:
         rows = jsonl.read_records(ev / "comparison.jsonl")
@@ -106,14 +108,17 @@ def run_record(workdir: Path) -> dict[str, Any] | None:
         record["eval"][ev.name] = {**_side(rows, "dpo"), "mcnemar_p": mcnemar_test(only_base, only_tuned),
                                    "only_base_correct": only_base, "only_tuned_correct": only_tuned}
         record["items"][ev.name] = {r["id"]: bool(r["base"]["correct"]) for r in rows}
+        record["items_tuned"][ev.name] = {r["id"]: bool(r["dpo"]["correct"]) for r in rows}
     train = _read_json(workdir / "train" / "summary.json") or {}
     record["train"] = {k: train.get(k) for k in ("objective", "epochs_run", "best_epoch", "exported_epoch",
-                                                 "stopped_early", "pairs_trained", "heldout_pairs", "updates_run")}
+                                                 "stopped_early", "pairs_trained", "heldout_pairs", "updates_run",
+                                                 "base_beats_exported")}
     epochs = workdir / "train" / "epochs.jsonl"
     record["epochs"] = jsonl.read_records(epochs) if epochs.is_file() else []
     pairs = _read_json(workdir / "pairs_summary.json") or {}
     record["pairs"] = {k: pairs.get(k) for k in ("questions", "questions_mixed", "questions_mixed_by_source",
-                                                 "pairs", "pairs_by_type", "split", "coherence_gap", "source", "kind")}
+                                                 "pool", "pairs", "pairs_by_type", "split", "coherence_gap", "source",
+                                                 "kind")}
     return record
 
 
@@ -183,8 +188,68 @@ def build_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "runs": len(records),
         "base": {name: {k: x for k, x in b.items() if k not in ("items", "from")} for name, b in base.items()},
         "variants": variants,
+        "mcnemar_p_holm": _holm_by_set(variants),
+        "selection": _selection(records),
+        "best_vs_sft": _best_vs_sft(records, _selection(records).get("variant")),
         "warnings": warnings,
     }
+
+
+def _holm_by_set(variants: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Per evaluation set, every variant's McNemar p vs the base at the selection seed, Holm-adjusted
+    over the variants (one family per evaluation set)."""
+    out: dict[str, dict[str, float]] = {}
+    for name in sorted({n for v in variants.values() for n in v["mcnemar_p"]}):
+        ps = {label: v["mcnemar_p"][name][str(SELECTION_SEED)] for label, v in variants.items()
+              if str(SELECTION_SEED) in v["mcnemar_p"].get(name, {})}
+        out[name] = dict(zip(ps, holm(list(ps.values())))) if ps else {}
+    return out
+
+
+def _heldout_at_export(rec: Mapping[str, Any]) -> float | None:
+    """The held-out greedy accuracy of the epoch a run exported (what early stopping chose)."""
+    exported = rec["train"].get("exported_epoch")
+    row = next((r for r in rec["epochs"] if exported is not None and int(r["epoch"]) == int(exported)), None)
+    return None if row is None or row.get("heldout/accuracy") is None else float(row["heldout/accuracy"])
+
+
+def _selection(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The preference variant that gets more seeds: the highest held-out accuracy at its exported
+    epoch, at the selection seed, SFT excluded (it is the baseline). Chosen on the held-out
+    questions, never on an evaluation set, so its evaluation figures are not selected on."""
+    scored = {r["variant"]: _heldout_at_export(r) for r in records
+              if r["seed"] == SELECTION_SEED and r["settings"]["objective"] != "sft"}
+    scored = {k: v for k, v in scored.items() if v is not None}
+    rule = (f"the highest held-out greedy accuracy at the exported epoch, seed {SELECTION_SEED}, SFT excluded; "
+            "ties go to the variant named first in alphabetical order")
+    if not scored:
+        return {"variant": None, "rule": rule, "heldout_accuracy": {}}
+    best = max(sorted(scored), key=lambda k: scored[k])
+    return {"variant": best, "rule": rule, "heldout_accuracy": scored}
+
+
+def _best_vs_sft(records: Sequence[Mapping[str, Any]], best: str | None) -> dict[str, Any]:
+    """Per evaluation set, the selected variant against SFT, paired by seed (paired t over the seeds
+    both have; each seed's McNemar beside it, on the same items)."""
+    sft = {r["seed"]: r for r in records if r["settings"]["objective"] == "sft"}
+    chosen = {r["seed"]: r for r in records if best is not None and r["variant"] == best}
+    seeds = sorted(set(sft) & set(chosen))
+    out: dict[str, Any] = {"variant": best, "seeds": seeds, "by_set": {}}
+    for name in sorted({n for r in chosen.values() for n in r["eval"]}):
+        both = [s for s in seeds if name in sft[s]["eval"] and name in chosen[s]["eval"]]
+        entry: dict[str, Any] = {"seeds": both, "mcnemar_p": {}}
+        for s in both:
+            a, b = sft[s]["items_tuned"].get(name, {}), chosen[s]["items_tuned"].get(name, {})
+            common = set(a) & set(b)
+            only_sft = sum(a[i] and not b[i] for i in common)
+            only_best = sum(b[i] and not a[i] for i in common)
+            entry["mcnemar_p"][str(s)] = mcnemar_test(only_sft, only_best)
+        if len(both) >= 2:
+            test = paired_t([sft[s]["eval"][name]["accuracy"] for s in both],
+                            [chosen[s]["eval"][name]["accuracy"] for s in both])
+            entry.update(mean_difference=test["mean"], ci95=test["ci95"], p=test["p"])
+        out["by_set"][name] = entry
+    return out
 
 
 def plot_curves(summary: Mapping[str, Any], path: Path) -> Path | None:
@@ -226,21 +291,34 @@ def format_table(summary: Mapping[str, Any]) -> str:
         return "n/a" if x is None else f"{x:.3f}"
 
     lines = ["| variant | seed | evaluation set | n | accuracy [95% CI] | format rate | strict | lenient "
-             "| McNemar p vs base |", "|---|---|---|---|---|---|---|---|---|"]
+             "| truncated | McNemar p vs base (Holm over variants) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    adjusted = summary.get("mcnemar_p_holm", {})
     for name, b in summary["base"].items():
         lines.append(f"| base | – | {name} | {b['n']} | {acc(b)} | {rate(b['format_rate'])} | "
-                     f"{rate(b['strict_accuracy'])} | {rate(b['lenient_accuracy'])} | – |")
+                     f"{rate(b['strict_accuracy'])} | {rate(b['lenient_accuracy'])} | "
+                     f"{rate(b.get('truncated_rate'))} | – |")
     for label, v in summary["variants"].items():
         for seed, s in v["seeds"].items():
             for name, f in s["eval"].items():
+                holm_p = adjusted.get(name, {}).get(label) if seed == str(SELECTION_SEED) else None
+                p_text = f"{f['mcnemar_p']:.3g}" + ("" if holm_p is None else f" ({holm_p:.3g})")
                 lines.append(f"| {label} | {seed} | {name} | {f['n']} | {acc(f)} | {rate(f['format_rate'])} | "
-                             f"{rate(f['strict_accuracy'])} | {rate(f['lenient_accuracy'])} | {f['mcnemar_p']:.3g} |")
+                             f"{rate(f['strict_accuracy'])} | {rate(f['lenient_accuracy'])} | "
+                             f"{rate(f.get('truncated_rate'))} | {p_text} |")
         for name, e in v.get("seed_level", {}).items():
             ci = "n/a" if e["ci95"] is None else f"[{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}]"
             p = e.get("vs_base", {}).get("p")
             p_text = "n/a" if p is None else f"{p:.3g} (t over seeds)"
             lines.append(f"| {label} | mean of {e['n_seeds']} | {name} | – | {e['mean']:.3f} {ci} | "
-                         f"{rate(e['format_rate_mean'])} | – | – | {p_text} |")
+                         f"{rate(e['format_rate_mean'])} | – | – | – | {p_text} |")
+    sel = summary.get("selection") or {}
+    if sel.get("variant"):
+        lines += ["", f"Selected for more seeds: **{sel['variant']}** ({sel['rule']}; held-out accuracy "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in sorted(sel["heldout_accuracy"].items())) + ")."]
+    for name, e in (summary.get("best_vs_sft") or {}).get("by_set", {}).items():
+        if e.get("ci95"):
+            lines.append(f"{sel['variant']} − sft on {name}, paired over seeds {e['seeds']}: "
+                         f"{e['mean_difference']:+.3f} [{e['ci95'][0]:+.3f}, {e['ci95'][1]:+.3f}], p = {e['p']:.3g}.")
     return "\n".join(lines)
 
 

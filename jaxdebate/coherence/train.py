@@ -34,7 +34,7 @@ from jaxdebate.coherence.dpo import objective_loss, sequence_logprobs
 from jaxdebate.configlib import to_dict
 from jaxdebate.data.stream import epoch_order
 from jaxdebate.errors import ConfigError, DataError
-from jaxdebate.metrics import MetricWriter
+from jaxdebate.metrics import METRICS_FILE, MetricWriter, read_metrics
 from jaxdebate.model import lora, peft_export, token_logprobs
 from jaxdebate.rl.optim import guarded_apply, nonfinite_update
 from jaxdebate.schedules import warmup_then_decay
@@ -205,9 +205,6 @@ def train(
     started = time.perf_counter()
     chunk = cfg.model.logprob_chunk
     ref_fn = make_ref_fn(model_config, chunk)
-    ref_chosen, ref_rejected = reference_logps(ref_fn, base, encoded.pairs, d, tokenizer.pad_id)
-    held_ref = reference_logps(ref_fn, base, held, d, tokenizer.pad_id) if held else None
-    ref_seconds = time.perf_counter() - started
 
     def validate(adapter: Any, epoch: int) -> dict[str, Any]:
         merged = lora.merge(base, adapter, cfg.lora.scale)
@@ -235,6 +232,13 @@ def train(
         state, meta = ckpt.restore(target={"adapter": adapter, "opt_state": opt_state})
         adapter, opt_state = state["adapter"], state["opt_state"]
         first_epoch, epochs, stopped = int(meta["epoch"]), list(meta.get("epochs", [])), bool(meta.get("stopped"))
+    # the frozen base's log-probs, which every update and validation compares with (none are needed
+    # when a relaunch finds the run finished)
+    ref_chosen = ref_rejected = held_ref = None
+    if first_epoch < d.epochs and not stopped:
+        ref_chosen, ref_rejected = reference_logps(ref_fn, base, encoded.pairs, d, tokenizer.pad_id)
+        held_ref = reference_logps(ref_fn, base, held, d, tokenizer.pad_id) if held else None
+    ref_seconds = time.perf_counter() - started
     best = validation.best_epoch(epochs) if d.early_stopping else None
     if best is not None and best != first_epoch:  # the best adapter of an early-stopped run is an older checkpoint
         kept = ckpt.restore(best, target={"adapter": adapter, "opt_state": opt_state})[0]["adapter"]
@@ -303,7 +307,11 @@ def train(
     if epochs:
         jsonl.write_records(workdir / "train" / "epochs.jsonl", epochs)
     adapter_dir = peft_export.save(workdir / "adapter", best_adapter, cfg.lora, base_model=cfg.model.source)
-    summary = _summary(history, encoded, len(pairs), steps_per_epoch, d.epochs, time.perf_counter() - started, ref_seconds)
+    # every update of the run, earlier processes' too (a resumed run's history holds only its own)
+    logged = read_metrics(workdir / "train") if (workdir / "train" / METRICS_FILE).is_file() else history
+    logged = [{k: float(v) if v in ("nan", "inf", "-inf") else v for k, v in r.items()}  # the file's spelling
+              for r in logged if "epoch" in r and "loss" in r]
+    summary = _summary(logged, encoded, len(pairs), steps_per_epoch, d.epochs, time.perf_counter() - started, ref_seconds)
     trained = [int(r["epoch"]) for r in epochs if int(r["epoch"]) >= 1]
     summary.update(
         objective=d.objective, seed=d.seed, heldout_pairs=len(held), epochs_run=max(trained, default=first_epoch),
@@ -311,6 +319,11 @@ def train(
         exported_epoch=validation.best_epoch(epochs) if d.early_stopping else max(trained, default=first_epoch),
         epochs_log=epochs,
     )
+    # the base (epoch 0) is never exported, so say when it beat the epoch that was
+    by_epoch = {int(r["epoch"]): r.get(validation.STOP_KEY) for r in epochs}
+    base_acc, exported_acc = by_epoch.get(0), by_epoch.get(summary["exported_epoch"])
+    summary["base_beats_exported"] = (None if base_acc is None or exported_acc is None
+                                      else bool(base_acc > exported_acc))
     (workdir / "train" / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return TrainResult(best_adapter, history, adapter_dir, summary, epochs)
 
@@ -329,7 +342,8 @@ def _summary(history, encoded, n_given, steps_per_epoch, epochs, seconds, ref_se
         "epochs": epochs,
         "updates_run": len(history),
         "updates_skipped_nonfinite": sum(1 for h in history if nonfinite_update(h)),
-        "seconds": seconds,
+        "seconds": seconds,  # this process's
+        "update_seconds": float(sum(h.get("seconds", 0.0) for h in history)),  # every update's, all processes
         "reference_seconds": ref_seconds,
         "by_epoch": {
             e: {k: float(np.mean([h[k] for h in hs])) for k in keys} for e, hs in sorted(by_epoch.items())

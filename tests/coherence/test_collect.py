@@ -2,6 +2,7 @@
 the arm's temperature and seed, scored against the persona probes, and trained on verbatim; and the
 strict / lenient grading of an answer."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -100,3 +101,29 @@ def test_graded_rows_grade_three_extractions():
     assert [r["correct_strict"] for r in rows] == [True, False, False]
     assert [r["correct_lenient"] for r in rows] == [True, True, False]
     assert [r["correct"] for r in rows] == [True, False, False]  # the seed protocol's marked extraction
+
+
+def test_evaluation_rows_of_another_setting_are_refused_before_any_sampling(tmp_path):
+    from jaxdebate.coherence import evaluate as ev
+    from jaxdebate.coherence import jsonl as jl
+    from jaxdebate.data import Item
+    from jaxdebate.errors import DataError
+
+    items = [Item(id="q1", problem="1 + 1", answer="2")]
+    out = tmp_path / "eval" / "dpo.jsonl"
+    kw = dict(max_tokens=48, batch_size=4, label="dpo", progress=False)
+    # rows that say nothing of what made them (an older run) are not trusted
+    jl.append_records(out, [{"id": "q1", "answer": "2", "correct": True}])
+    with pytest.raises(DataError, match="no dpo.jsonl.setting.json"):
+        ev.evaluate(items, None, None, None, out, weights="adapter aaa", **kw)
+    out.unlink()
+    # the first evaluation records its setting; a resumed one with other weights or budget is refused
+    ev._check_setting(out, {"weights": "adapter aaa", "max_tokens": 48, "temperature": 0.0,
+                            "format": dataclasses.asdict(ev.SEED_FORMAT)})
+    jl.append_records(out, [{"id": "q1", "answer": "2", "correct": True}])
+    with pytest.raises(DataError, match=r"dpo.jsonl holds answers of another setting \(weights differ"):
+        ev.evaluate(items, None, None, None, out, weights="adapter bbb", **kw)
+    with pytest.raises(DataError, match=r"max_tokens differ"):
+        ev.evaluate(items, None, None, None, out, weights="adapter aaa", **{**kw, "max_tokens": 256})
+    # the same setting keeps the rows without sampling (the sampler is never touched)
+    assert [r["id"] for r in ev.evaluate(items, None, None, None, out, weights="adapter aaa", **kw)] == ["q1"]

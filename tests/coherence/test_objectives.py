@@ -124,6 +124,11 @@ def test_early_stopping_exports_the_best_epoch_and_a_rerun_stays_stopped(tiny_mo
     again = train.train(cfg, PAIRS, params, config, tokenizer, tmp, progress=False, heldout_pairs=HELDOUT,
                         epoch_eval=epoch_eval)
     assert seen == [] and again.history == [] and again.summary["exported_epoch"] == 2
+    # the relaunch's summary still counts the first process's updates (read back from metrics.jsonl)
+    for key in ("updates_run", "by_epoch", "update_seconds"):
+        assert again.summary[key] == s[key], key
+    assert s["updates_run"] == 8 and sorted(s["by_epoch"]) == [1, 2, 3, 4]
+    assert s["base_beats_exported"] is False  # held-out 0.5 at the base, 0.7 at the exported epoch 2
     for a, b in zip(jax.tree_util.tree_leaves(result.adapter), jax.tree_util.tree_leaves(again.adapter)):
         np.testing.assert_array_equal(a, b)
 

@@ -206,3 +206,22 @@ def test_summary_counts_mixed_questions_per_source():
     assert canonical["questions_mixed"] == 2 and canonical["source"] == "canonical"
     assert canonical["canonical_trajectory_accuracy"] == pytest.approx(2 / 6)
     assert math.isclose(canonical["coherence_gap"]["threshold"], 0.01)
+
+
+def test_repeated_twins_make_each_pair_once_and_do_not_shrink_the_noise():
+    # six identical right twins and five identical wrong ones are one right and one wrong text: one
+    # correctness pair, not a cap's worth of copies
+    right = [{**scored(f"r{i}", True, 0.8, "41", tokens=[52, 2]), "prompt": "canonical"} for i in range(6)]
+    wrong = [{**scored(f"w{i}", False, 0.2, "31", tokens=[51, 2]), "prompt": "canonical"} for i in range(5)]
+    rec = probed_record([scored("v", True, 0.9, "persona")], canonical=right + wrong)
+    rules = PairRules(source="canonical", max_correctness_pairs_per_question=8, max_coherence_pairs_per_question=8)
+    pairs = question_pairs(rec, rules)
+    assert [(p["chosen_arm"], p["rejected_arm"]) for p in pairs] == [("r0", "w0")]
+    summary = pairs_summary([rec], pairs, rules)
+    assert summary["pool"] == {"questions_all_correct": 0, "questions_none_correct": 0, "questions_mixed": 1,
+                               "texts": 11, "distinct_texts": 2}
+
+    # the noise is measured on distinct texts only: repeating v2 adds no zero-gap pairs (se as by hand above)
+    texts = [scored("v1", True, 0.80, "a b c"), scored("v2", True, 0.62, "x y"), scored("v3", True, 0.62, "x y")]
+    noise = gap_noise([probed_record(texts)], PairRules(), conciseness_weight=0.4)
+    assert noise["pairs_measured"] == 1 and noise["se"] == pytest.approx(0.075)

@@ -290,7 +290,7 @@ def test_v2_report_per_variant_seed_and_evaluation_set(v2_runs):
         rows = jsonl.read_records(runs / name / "eval" / "comparison.jsonl")
         want = accuracy_summary([r["dpo"] for r in rows])
         got = dpo["seeds"][seed]["eval"]["eval"]
-        for key in ("accuracy", "ci95", "n", "format_rate", "strict_accuracy", "lenient_accuracy"):
+        for key in ("accuracy", "ci95", "n", "format_rate", "strict_accuracy", "lenient_accuracy", "truncated_rate"):
             assert got[key] == want[key], key
         only_b = sum(r["base"]["correct"] and not r["dpo"]["correct"] for r in rows)
         only_t = sum(r["dpo"]["correct"] and not r["base"]["correct"] for r in rows)
@@ -313,6 +313,24 @@ def test_v2_report_per_variant_seed_and_evaluation_set(v2_runs):
     assert "| dpo | 1 | eval |" in table and "| sft | 1 | eval |" in table and "| dpo | mean of 2 | eval |" in table
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["dpo-seed1", "dpo-seed2", "sft-seed1"]
     assert (out / "runs" / "dpo-seed1" / "train_epochs.jsonl").is_file()
+    # the variant that gets more seeds is picked on the held-out questions (its exported epoch), at seed 1
+    epochs = jsonl.read_records(runs / "dpo-seed1" / "train" / "epochs.jsonl")
+    exported = dpo["seeds"]["1"]["train"]["exported_epoch"]
+    held = next(e["heldout/accuracy"] for e in epochs if e["epoch"] == exported)
+    assert summary["selection"]["variant"] == "dpo" and summary["selection"]["heldout_accuracy"] == {"dpo": held}
+    from jaxdebate.stats import holm
+
+    assert summary["mcnemar_p_holm"]["eval"] == dict(zip(["dpo", "sft"], holm([dpo["mcnemar_p"]["eval"]["1"],
+                                                                                sft["mcnemar_p"]["eval"]["1"]])))
+    sft_rows = {r["id"]: r["dpo"]["correct"] for r in jsonl.read_records(runs / "sft-seed1" / "eval" / "comparison.jsonl")}
+    dpo_rows = {r["id"]: r["dpo"]["correct"] for r in jsonl.read_records(runs / "dpo-seed1" / "eval" / "comparison.jsonl")}
+    vs = summary["best_vs_sft"]
+    assert vs["variant"] == "dpo" and vs["seeds"] == [1] and "ci95" not in vs["by_set"]["eval"]  # one paired seed
+    assert vs["by_set"]["eval"]["mcnemar_p"] == {"1": mcnemar_test(
+        sum(sft_rows[i] and not dpo_rows[i] for i in sft_rows), sum(dpo_rows[i] and not sft_rows[i] for i in sft_rows))}
+    # every evaluation file records what made its answers; the tuned one names its adapter's digest
+    setting = json.loads((runs / "dpo-seed1" / "eval" / "dpo.jsonl.setting.json").read_text())
+    assert "+ adapter " in setting["weights"] and setting["max_tokens"] == trained["sampler"]["max_new_tokens"]
     # the seed is a real choice: the two dpo seeds trained different adapters
     from jaxdebate.model import peft_export
 
