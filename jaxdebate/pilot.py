@@ -75,8 +75,10 @@ def decide(reports: Mapping[str, Mapping[str, Any]], *, default: str, tie: float
     # the tie rule, exactly: another setting is chosen only if the default's product exceeds its
     # product by more than `tie` (default > (1 + tie) x best)
     chosen = best if scored[best] * (1 + tie) < scored[default] else default
-    why = (f"{best}: variance x cost {scored[best]:.4g} vs {scored[default]:.4g} for {default}"
-           + ("" if chosen == best else f", within {tie:.0%}: the default {default} is kept"))
+    others = "; ".join(f"{k} {v:.4g}" for k, v in sorted(scored.items()) if k != chosen)
+    why = (f"{chosen}: variance x cost {scored[chosen]:.4g} (others: {others})"
+           + ("" if chosen == best else f"; {best} is smaller by no more than {tie:.0%}, so the default "
+                                         f"{default} is kept"))
     sd = reports[chosen]["sd_d"]
     return {"setting": chosen, "sd_d": sd, "n_seeds": seeds,
             "blocks": blocks_for_halfwidth(sd, halfwidth, minimum=min_blocks), "halfwidth": halfwidth, "why": why}

@@ -56,7 +56,10 @@ def test_the_default_is_kept_within_the_tie_and_left_for_a_clear_win():
         return {"b2": {"variance_x_cost": b2, "sd_d": 0.06, "seeds": [1, 2, 3, 4]},
                 "b4": {"variance_x_cost": b4, "sd_d": 0.04, "seeds": [1, 2, 3, 4]}}
 
-    assert decide(settings(1.0, 0.85), default="b2")["setting"] == "b2"  # 15% better: within the 25% tie
+    kept = decide(settings(1.0, 0.85), default="b2")
+    assert kept["setting"] == "b2"  # 15% better: within the 25% tie
+    assert kept["why"].startswith("b2:") and "b4 is smaller by no more than 25%" in kept["why"]
+    assert "(others: b4 " in decide(settings(0.5, 1.0), default="b2")["why"]  # the default wins: the other is named
     # the boundary: b4 is chosen only when b2's product exceeds 1.25 x b4's
     assert decide(settings(1.0, 0.79), default="b2")["setting"] == "b4"
     assert decide(settings(1.0, 0.81), default="b2")["setting"] == "b2"
