@@ -49,8 +49,11 @@ def _prefill(params, heads, head_mask, group, tokens, mask, rows, cache_len, *, 
     Prompt ``k`` is ``heads[group[k]]`` (a prefix shared by its group, left-padded, possibly empty)
     followed by its own tokens ``tokens[k]`` (left-padded); each head is computed once. Returns the
     next-token logits ``[B, V]``, the per-layer cache (``B`` rows, ``cache_len`` slots) and the position
-    of each row's next token."""
-    cache = init_cache(config, heads.shape[0], cache_len)
+    of each row's next token. The prompts are prefilled in a cache of their own width only and the
+    decode slots appended after: attending over empty slots, and carrying them through every layer,
+    was most of what a cached prefill cost over an uncached one (bench/README "Where a validation's
+    time goes")."""
+    cache = init_cache(config, heads.shape[0], heads.shape[1] + tokens.shape[1])
     if heads.shape[1]:
         _, cache = forward(params, config, heads, positions_from_mask(head_mask), head_mask, cache)
     cache = {
@@ -64,10 +67,12 @@ def _prefill(params, heads, head_mask, group, tokens, mask, rows, cache_len, *, 
     h, cache = forward(params, config, tokens, positions, mask, cache)
     logits = head_logits(params, config, h[:, -1])
     take = functools.partial(jnp.take, indices=rows)
+    free = cache_len - cache["mask"].shape[1]  # the decode slots, empty
+    slots = ((0, 0), (0, 0), (0, 0), (0, free), (0, 0))
     cache = {
-        "k": take(cache["k"], axis=1),
-        "v": take(cache["v"], axis=1),
-        "mask": take(cache["mask"], axis=0),
+        "k": jnp.pad(take(cache["k"], axis=1), slots),
+        "v": jnp.pad(take(cache["v"], axis=1), slots),
+        "mask": jnp.pad(take(cache["mask"], axis=0), ((0, 0), (0, free))),
         "index": cache["index"],
     }
     return take(logits, axis=0), cache, take(positions[:, -1] + 1, axis=0)
