@@ -35,7 +35,7 @@ from jaxdebate.coherence import jsonl
 from jaxdebate.coherence.evaluate import accuracy_summary
 from jaxdebate.coherence.results import eval_dirs
 from jaxdebate.errors import DataError
-from jaxdebate.stats import holm, mcnemar_test, one_sample_t, paired_t, t_interval
+from jaxdebate.stats import holm, mcnemar_test, one_sample_t, paired_mcnemar, paired_t, t_interval
 
 CURVES = (
     ("heldout/accuracy", "held-out greedy accuracy"),
@@ -184,13 +184,14 @@ def build_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                          if r["eval"].get(name, {}).get("format_rate") is not None]
                 entry["format_rate_mean"] = float(np.mean(rates)) if rates else None
                 v["seed_level"][name] = entry
+    selection = _selection(records)
     return {
         "runs": len(records),
         "base": {name: {k: x for k, x in b.items() if k not in ("items", "from")} for name, b in base.items()},
         "variants": variants,
         "mcnemar_p_holm": _holm_by_set(variants),
-        "selection": _selection(records),
-        "best_vs_sft": _best_vs_sft(records, _selection(records).get("variant")),
+        "selection": selection,
+        "best_vs_sft": _best_vs_sft(records, selection["variant"]),
         "warnings": warnings,
     }
 
@@ -239,11 +240,8 @@ def _best_vs_sft(records: Sequence[Mapping[str, Any]], best: str | None) -> dict
         both = [s for s in seeds if name in sft[s]["eval"] and name in chosen[s]["eval"]]
         entry: dict[str, Any] = {"seeds": both, "mcnemar_p": {}}
         for s in both:
-            a, b = sft[s]["items_tuned"].get(name, {}), chosen[s]["items_tuned"].get(name, {})
-            common = set(a) & set(b)
-            only_sft = sum(a[i] and not b[i] for i in common)
-            only_best = sum(b[i] and not a[i] for i in common)
-            entry["mcnemar_p"][str(s)] = mcnemar_test(only_sft, only_best)
+            entry["mcnemar_p"][str(s)] = paired_mcnemar(sft[s]["items_tuned"].get(name, {}),
+                                                        chosen[s]["items_tuned"].get(name, {}))["p"]
         if len(both) >= 2:
             test = paired_t([sft[s]["eval"][name]["accuracy"] for s in both],
                             [chosen[s]["eval"][name]["accuracy"] for s in both])
