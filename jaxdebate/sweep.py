@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from jaxdebate.analysis import aligned_table, final_metrics
+from jaxdebate.checkpointer import CHECKPOINT_SUBDIR
 from jaxdebate.config import LaunchConfig
 from jaxdebate.configlib import apply_overrides, load_config, to_dict
 from jaxdebate.errors import ConfigError
@@ -37,6 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 EXECUTORS = ("local", "submitit_local", "slurm")
 RUN_FILE = "run.json"
 ORDERS = ("blocked", "configs")
+KEEP_CHECKPOINTS = ("all", "last", "none")  # what a finished run keeps of its orbax checkpoints
 _ORDER_STREAM = 20271125  # separates the block-order draws from every other use of a training seed
 EXIT_OK, EXIT_INTERRUPTED = 0, 130  # python -m jaxdebate.launch: finished / interrupted (checkpointed)
 
@@ -373,9 +376,14 @@ def run_sweep(
     echo: bool = True,
     after_run: Callable[[RunSpec, dict[str, Any]], None] | None = None,
     deadline: float | None = None,
+    keep_checkpoints: str = "all",
 ) -> list[dict[str, Any]]:
     """Run (or submit) every unfinished run; return one summary row per run. ``after_run(spec,
     state)`` is called after each local run ends (e.g. to export the results so far).
+
+    ``keep_checkpoints`` (``all``, ``last`` or ``none``): what a finished run keeps of its orbax
+    checkpoints, applied here to every run found or left ``done`` (local executor); see
+    ``prune_checkpoints``.
 
     ``deadline`` (epoch seconds, local executor): a seed block (consecutive runs of one seed) is not
     begun here unless its unfinished runs are expected to end before it, at the mean wall time of the
@@ -383,6 +391,8 @@ def run_sweep(
     session with a time limit stops between blocks instead of in the middle of one."""
     if executor not in EXECUTORS:
         raise ConfigError(f"unknown executor {executor!r} (choose from {', '.join(EXECUTORS)})")
+    if keep_checkpoints not in KEEP_CHECKPOINTS:
+        raise ConfigError(f"unknown keep_checkpoints {keep_checkpoints!r} (choose from {', '.join(KEEP_CHECKPOINTS)})")
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "sweep.json").write_text(
@@ -394,6 +404,7 @@ def run_sweep(
         status = effective_status(spec)
         if status == "done":
             print(f"[sweep] {i}/{len(runs)} {spec.name}: finished, skipped", flush=True)
+            _prune_finished(spec, keep_checkpoints)
             continue
         if status == "running":
             print(f"[sweep] {i}/{len(runs)} {spec.name}: running elsewhere, skipped", flush=True)
@@ -409,6 +420,8 @@ def run_sweep(
         print(f"[sweep] {i}/{len(runs)} {spec.name}: {verb} ({executor})", flush=True)
         if executor == "local":
             state = execute(spec, echo=echo)
+            if state.get("status") == "done":
+                _prune_finished(spec, keep_checkpoints)
             if after_run is not None:
                 after_run(spec, state)
             continue
@@ -426,6 +439,31 @@ def run_sweep(
         for _spec, job in jobs:
             job.wait()
     return run_statuses(runs)
+
+
+def prune_checkpoints(workdir: str | Path, keep: str) -> int:
+    """Delete a finished run's orbax checkpoint steps: all but the newest (``last``) or every one
+    (``none``); return the bytes freed. A run of the arithmetic family leaves ~3 GB of them and a
+    powered sweep has hundreds of runs, while its analysis reads only the metrics and the per-item
+    validation rows, which stay (a run is re-made from its commit, config and seed)."""
+    if keep not in KEEP_CHECKPOINTS:
+        raise ConfigError(f"unknown keep_checkpoints {keep!r} (choose from {', '.join(KEEP_CHECKPOINTS)})")
+    root = Path(workdir) / CHECKPOINT_SUBDIR
+    if keep == "all" or not root.is_dir():
+        return 0
+    steps = sorted((p for p in root.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+    doomed = steps if keep == "none" else steps[:-1]
+    freed = 0
+    for path in doomed:
+        freed += sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        shutil.rmtree(path)
+    return freed
+
+
+def _prune_finished(spec: RunSpec, keep: str) -> None:
+    freed = prune_checkpoints(spec.workdir, keep)
+    if freed:
+        print(f"[sweep] {spec.name}: kept {keep} of its checkpoints, {freed / 2**30:.1f} GiB freed", flush=True)
 
 
 def parse_deadline(text: str) -> float:

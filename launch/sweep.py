@@ -20,7 +20,7 @@ from jaxdebate.errors import ConfigError  # noqa: E402
 from jaxdebate.analysis import export_results  # noqa: E402
 from jaxdebate.sweep_stats import ENDPOINTS  # noqa: E402
 from jaxdebate.sweep import (  # noqa: E402
-    EXECUTORS, ORDERS, format_summary, parse_deadline, plan_runs, run_statuses, run_sweep,
+    EXECUTORS, KEEP_CHECKPOINTS, ORDERS, format_summary, parse_deadline, plan_runs, run_statuses, run_sweep,
 )
 
 
@@ -69,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", default=None, metavar="WHEN",
                         help="local: begin no seed block that would not end by WHEN ('+MINUTES' from now, or "
                              "an ISO time such as 2026-11-26T01:00); a begun block is finished")
+    parser.add_argument("--keep-checkpoints", choices=KEEP_CHECKPOINTS, default="all",
+                        help="what a finished local run keeps of its orbax checkpoints: all (default), the "
+                             "last step, or none; metrics and validation rows always stay (a long sweep "
+                             "cannot keep ~3 GB per run)")
     args = parser.parse_args(argv)
     try:
         deadline = parse_deadline(args.deadline) if args.deadline else None
@@ -83,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = run_sweep(runs, executor=args.executor, sweep_dir=args.sweep_dir,
                          wait=not args.no_wait, echo=not args.quiet,
                          after_run=_exporter(args.sweep_dir, args.export, args.endpoint) if args.export else None,
-                         deadline=deadline)
+                         deadline=deadline, keep_checkpoints=args.keep_checkpoints)
     print()
     print(format_summary(rows))
     (Path(args.sweep_dir) / "summary.json").write_text(json.dumps(rows, indent=2))

@@ -6,7 +6,9 @@
 # Runs committed under results/arithmetic-v2/runs/ (another session, maybe another machine) seed the
 # sweep directory, so they are skipped; after every run the results so far are exported to
 # results/arithmetic-v2/ (commit them). No block is begun that would not end before DEADLINE
-# (`launch/sweep.py --deadline`, default +170 minutes), so every block runs on one machine.
+# (`launch/sweep.py --deadline`, default +170 minutes), so every block runs on one machine. A finished
+# run's orbax checkpoints (~3 GB) are deleted (--keep-checkpoints none): 295 runs could not keep them,
+# and the analysis reads the metrics and per-item validation rows, which stay.
 #   B=2 N=9 bash scripts/arithmetic_v2_main.sh
 #   B=2 N=9 DEADLINE=2026-11-26T03:00 bash scripts/arithmetic_v2_main.sh
 set -euo pipefail
@@ -25,4 +27,4 @@ seeds=$(seq 1000 $((1000 + N - 1)))
 # shellcheck disable=SC2086
 .venv/bin/python launch/sweep.py --sweep-dir "$sweep" --quiet --configs configs/arithmetic --seeds $seeds \
   --set "training.train_batch_size=$B" --deadline "${DEADLINE:-+170}" \
-  --export "$results" --endpoint final_debate_accuracy
+  --export "$results" --endpoint final_debate_accuracy --keep-checkpoints none

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +17,9 @@ import pytest
 from jaxdebate import analysis
 from jaxdebate.checkpointer import latest_step
 from jaxdebate.errors import ConfigError
-from jaxdebate.sweep import block_order, make_executor, plan_runs, read_state, run_sweep, slurm_parameters, task_rank
+from jaxdebate.sweep import (
+    block_order, make_executor, plan_runs, prune_checkpoints, read_state, run_sweep, slurm_parameters, task_rank,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = str(REPO / "configs" / "smoke.py")
@@ -45,7 +48,7 @@ def _env(cache: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     """A 5-strategy smoke sweep, killed (SIGKILL to the whole process group) while its third run is
-    mid-way, then re-launched. Returns (sweep_dir, output of the second launch)."""
+    mid-way, then re-launched keeping the last checkpoint of each finished run. Returns (sweep_dir, output of the second launch)."""
     root = tmp_path_factory.mktemp("sweep")
     sweep_dir, cache = root / "sweep", root / "jax_cache"
     proc = subprocess.Popen(_sweep_cmd(sweep_dir), cwd=REPO, env=_env(cache), stdout=subprocess.PIPE,
@@ -62,7 +65,7 @@ def sweep(tmp_path_factory):
     assert read_state(third)["status"] == "running"  # what a SIGKILL leaves behind
 
     second = subprocess.run(_sweep_cmd(sweep_dir, "--export", str(root / "results"), "--endpoint",
-                                       "final_debate_accuracy"), cwd=REPO, env=_env(cache), capture_output=True,
+                                       "final_debate_accuracy", "--keep-checkpoints", "last"), cwd=REPO, env=_env(cache), capture_output=True,
                             text=True, timeout=900)
     assert second.returncode == 0, second.stdout + second.stderr
     return sweep_dir, second.stdout
@@ -92,6 +95,26 @@ def test_relaunch_skips_finished_and_resumes_killed_run(sweep):
     for name in STRATEGIES:
         assert read_state(sweep_dir / f"{name}-seed0")["status"] == "done"
         assert latest_step(sweep_dir / f"{name}-seed0") == 2
+
+
+@pytest.mark.slow
+def test_finished_runs_keep_only_what_was_asked_of_their_checkpoints(sweep, tmp_path):
+    """``--keep-checkpoints last`` left each finished run its newest orbax step (the runs wrote one
+    per step), skipped runs included; ``none`` removes them all and nothing else."""
+    sweep_dir, out = sweep
+    for name in STRATEGIES:
+        steps = sorted(p.name for p in (sweep_dir / f"{name}-seed0" / "checkpoints").iterdir() if p.name.isdigit())
+        assert steps == ["2"], (name, steps)
+    assert out.count("kept last of its checkpoints") == len(STRATEGIES)
+    run = tmp_path / "run"
+    shutil.copytree(sweep_dir / f"{RUN_ORDER[0]}-seed0", run)
+    kept = sorted(str(p.relative_to(run)) for p in run.rglob("*") if "checkpoints" not in p.parts)
+    assert prune_checkpoints(run, "none") > 0
+    assert not [p for p in (run / "checkpoints").iterdir() if p.name.isdigit()]
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*") if "checkpoints" not in p.parts) == kept
+    assert prune_checkpoints(run, "none") == 0
+    with pytest.raises(ConfigError, match="keep_checkpoints"):
+        prune_checkpoints(run, "first")
 
 
 @pytest.mark.slow
