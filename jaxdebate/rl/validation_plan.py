@@ -84,11 +84,15 @@ def _code_digest() -> str:
 
 
 def initial_key(config, sets: Sequence[ValidationSet], sampler_identity: str) -> str:
-    """What step 0's validation depends on: model, items, debate protocol, sampling, seed, backend, code."""
+    """What step 0's validation depends on: model, items, debate protocol, sampling, backend, code, and
+    the training seed only where it can matter (sampled validation, or a seeded LoRA init): greedy
+    decoding of the base weights is the same for every seed, so a sweep computes it once, not once per
+    seed block (the pilot's 8 step-0 row files, 4 seeds, were byte-identical)."""
+    seeded = config.sampler.eval_temperature > 0 or config.model.lora.rank > 0
     payload = {
         "model": to_dict(config.model), "debate": to_dict(config.debate),
         "sampler": {k: v for k, v in to_dict(config.sampler).items() if k not in ("fallback",)},
-        "eval_batch_size": config.training.eval_batch_size, "seed": config.training.seed,
+        "eval_batch_size": config.training.eval_batch_size, "seed": config.training.seed if seeded else None,
         "sets": [[s.prefix, s.env, dict(s.remap or {}), [[i.id, i.problem, i.answer, i.env] for i in s.items]]
                  for s in sets],
         "sampler_identity": sampler_identity, "code": _code_digest(),

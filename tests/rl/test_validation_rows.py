@@ -53,14 +53,20 @@ def test_every_validation_writes_item_rows_and_step_0_is_reused(tmp_path, monkey
         assert [r["answers"][0][0] for r in debate] == [r["answers"][0][0] for r in single]
     assert "val/cached" not in records[0]
 
-    # a second run of the same model, items, protocol and code reuses step 0 instead of recomputing it
+    # a second run of the same model, items, protocol and code reuses step 0 instead of recomputing it,
+    # under another training seed too: greedy decoding of the base weights does not depend on it
     assert main(["--config", "configs/smoke.py", "--workdir", str(second), "--set", *OVERRIDES,
-                 "training.total_train_steps=1"]) == EXIT_OK
+                 "training.total_train_steps=1", "training.seed=7"]) == EXIT_OK
     again = next(r for r in read_metrics(second / "metrics.jsonl") if r["step"] == 0)
     assert again["val/cached"] == 1.0 and "time/validation" not in again
     assert _rows(second, 0) == _rows(first, 0)
     assert {k: v for k, v in again.items() if k.startswith("val/") and k != "val/cached"} == \
         {k: v for k, v in records[0].items() if k.startswith("val/")}
+    # ...and what the cache gave that seed is what computing it afresh gives
+    fresh = tmp_path / "c"
+    assert main(["--config", "configs/smoke.py", "--workdir", str(fresh), "--set", *OVERRIDES,
+                 "training.total_train_steps=1", "training.seed=7", "training.reuse_initial_validation=false"]) == EXIT_OK
+    assert _rows(fresh, 0) == _rows(first, 0)
 
     # a validation outside the run (the noise-floor script, bench/validation.py) of its last checkpoint
     # decodes as the run did: the same greedy answers on the held-out items, no transfer set, no cache
@@ -75,6 +81,25 @@ def test_every_validation_writes_item_rows_and_step_0_is_reused(tmp_path, monkey
     assert {(r["mode"], r["id"]): r["answers"] for r in rows} == last
     assert "val/cached" not in metrics and metrics["val/debate/accuracy/debate"] == records[2]["val/debate/accuracy/debate"]
     assert (tmp_path / "offline" / "validation" / "step_3.jsonl").is_file()
+
+
+def test_the_step_0_key_holds_the_seed_only_where_it_can_change_step_0():
+    import dataclasses
+
+    from configs.smoke import get_config
+    from jaxdebate.config import Config
+
+    def key(config: Config, seed: int) -> str:
+        config = dataclasses.replace(config, training=dataclasses.replace(config.training, seed=seed))
+        return validation_plan.initial_key(config, [], "JaxSampler")
+
+    greedy = get_config()
+    assert key(greedy, 1) == key(greedy, 2)
+    sampled = dataclasses.replace(greedy, sampler=dataclasses.replace(greedy.sampler, eval_temperature=0.5))
+    assert key(sampled, 1) != key(sampled, 2)
+    lora = dataclasses.replace(greedy, model=dataclasses.replace(
+        greedy.model, lora=dataclasses.replace(greedy.model.lora, rank=4)))
+    assert key(lora, 1) != key(lora, 2)
 
 
 def test_evaluation_decoding_is_greedy_without_a_nucleus_cut():
