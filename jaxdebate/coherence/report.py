@@ -35,7 +35,7 @@ from jaxdebate.coherence import jsonl
 from jaxdebate.coherence.evaluate import accuracy_summary
 from jaxdebate.coherence.results import eval_dirs
 from jaxdebate.errors import DataError
-from jaxdebate.stats import holm, mcnemar_test, one_sample_t, paired_mcnemar, paired_t, t_interval
+from jaxdebate.stats import holm, one_sample_t, paired_mcnemar, paired_t, t_interval
 
 CURVES = (
     ("heldout/accuracy", "held-out greedy accuracy"),
@@ -102,13 +102,14 @@ def run_record(workdir: Path) -> dict[str, Any] | None:
     for ev in evals:
         rows = jsonl.read_records(ev / "comparison.jsonl")
         summary = json.loads((ev / "summary.json").read_text())
-        only_base = sum(r["base"]["correct"] and not r["dpo"]["correct"] for r in rows)
-        only_tuned = sum(r["dpo"]["correct"] and not r["base"]["correct"] for r in rows)
+        base = {r["id"]: bool(r["base"]["correct"]) for r in rows}
+        tuned = {r["id"]: bool(r["dpo"]["correct"]) for r in rows}
+        test = paired_mcnemar(base, tuned)
         record["base"][ev.name] = {**_side(rows, "base"), "dataset": summary.get("dataset")}
-        record["eval"][ev.name] = {**_side(rows, "dpo"), "mcnemar_p": mcnemar_test(only_base, only_tuned),
-                                   "only_base_correct": only_base, "only_tuned_correct": only_tuned}
-        record["items"][ev.name] = {r["id"]: bool(r["base"]["correct"]) for r in rows}
-        record["items_tuned"][ev.name] = {r["id"]: bool(r["dpo"]["correct"]) for r in rows}
+        record["eval"][ev.name] = {**_side(rows, "dpo"), "mcnemar_p": test["p"],
+                                   "only_base_correct": test["only_first"], "only_tuned_correct": test["only_second"]}
+        record["items"][ev.name] = base
+        record["items_tuned"][ev.name] = tuned
     train = _read_json(workdir / "train" / "summary.json") or {}
     record["train"] = {k: train.get(k) for k in ("objective", "epochs_run", "best_epoch", "exported_epoch",
                                                  "stopped_early", "pairs_trained", "heldout_pairs", "updates_run",
