@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from jaxdebate.analysis import aligned_table, final_metrics
-from jaxdebate.checkpointer import CHECKPOINT_SUBDIR
+from jaxdebate.checkpointer import checkpoint_dir
 from jaxdebate.config import LaunchConfig
 from jaxdebate.configlib import apply_overrides, load_config, to_dict
 from jaxdebate.errors import ConfigError
@@ -448,7 +448,7 @@ def prune_checkpoints(workdir: str | Path, keep: str) -> int:
     validation rows, which stay (a run is re-made from its commit, config and seed)."""
     if keep not in KEEP_CHECKPOINTS:
         raise ConfigError(f"unknown keep_checkpoints {keep!r} (choose from {', '.join(KEEP_CHECKPOINTS)})")
-    root = Path(workdir) / CHECKPOINT_SUBDIR
+    root = checkpoint_dir(workdir)
     if keep == "all" or not root.is_dir():
         return 0
     steps = sorted((p for p in root.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
