@@ -20,8 +20,9 @@ from jaxdebate.errors import ConfigError  # noqa: E402
 from jaxdebate.analysis import export_results  # noqa: E402
 from jaxdebate.sweep_stats import ENDPOINTS  # noqa: E402
 from jaxdebate.sweep import (  # noqa: E402
-    EXECUTORS, KEEP_CHECKPOINTS, ORDERS, format_summary, parse_deadline, plan_runs, run_statuses, run_sweep,
+    EXECUTORS, KEEP_CHECKPOINTS, format_summary, parse_deadline, run_statuses, run_sweep,
 )
+from jaxdebate.sweep_plan import ORDERS, plan_runs  # noqa: E402
 
 
 def _exporter(sweep_dir: str, out_dir: str, endpoint: str):

@@ -76,7 +76,7 @@ def test_every_family_file_is_named_for_its_registered_strategy(family):
     """Sweeps and analysis take the strategy list from the registry (issue 15 item 2): the files of a
     family are exactly its registered strategies' config names, in registry (DESIGN) order."""
     from jaxdebate.shaping import STRATEGIES, config_names
-    from jaxdebate.sweep import default_configs
+    from jaxdebate.sweep_plan import default_configs
 
     assert config_names()[:5] == tuple(STRATEGY_FILES)  # the built-ins first (tests may register more)
     for name, config in family.items():

@@ -17,9 +17,8 @@ import pytest
 from jaxdebate import analysis
 from jaxdebate.checkpointer import latest_step
 from jaxdebate.errors import ConfigError
-from jaxdebate.sweep import (
-    block_order, make_executor, plan_runs, prune_checkpoints, read_state, run_sweep, slurm_parameters, task_rank,
-)
+from jaxdebate.sweep import make_executor, prune_checkpoints, read_state, run_sweep, slurm_parameters, task_rank
+from jaxdebate.sweep_plan import block_order, plan_runs
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = str(REPO / "configs" / "smoke.py")
