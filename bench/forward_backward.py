@@ -19,31 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from common import hf_dir, rss_gb  # bench/common.py (the script's folder is on sys.path)
+
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("jax-fp32", "torch-fp32", "jax-bf16", "torch-bf16")
-
-
-def rss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
-
-
-def hf_dir() -> Path:
-    """SmolLM2 as an HF directory (exported by our loader once, shared with the other benches)."""
-    from jaxdebate.model.sources import cache_dir
-
-    out = cache_dir() / "bench-smollm2-hf"
-    if not (out / "config.json").is_file():
-        from jaxdebate.model import export_hf, load, load_tokenizer
-
-        params, config = load("smollm2")
-        export_hf(params, config, out, tokenizer=load_tokenizer("smollm2"))
-    return out
 
 
 def batch_tokens(batch: int, length: int):

@@ -14,18 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from common import hf_dir, rss_gb  # bench/common.py (the script's folder is on sys.path)
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("JAXDEBATE_DATA", ROOT.parent / "shared" / "data")) / "gsm8k_test.jsonl"
-
-
-def rss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
 
 
 def prompts(tokenizer, count: int) -> list[list[int]]:
@@ -61,9 +58,6 @@ def run_torch(args) -> dict:
     from transformers import AutoModelForCausalLM
 
     from jaxdebate.model import load_tokenizer
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    from forward_backward import hf_dir
 
     tokenizer = load_tokenizer("smollm2")
     model = AutoModelForCausalLM.from_pretrained(hf_dir(), dtype=torch.float32).eval()

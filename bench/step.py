@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import hf_dir  # bench/common.py (the script's folder is on sys.path)
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -74,18 +76,6 @@ def run_ours(args) -> list[float]:
 
 
 # ---------------------------------------------------------------------------------------------- trl
-
-
-def hf_dir(model: str) -> Path:
-    """The model as an HF directory with its tokenizer (exported by our loader once, then reused)."""
-    from jaxdebate.model import export_hf, load, load_tokenizer
-    from jaxdebate.model.sources import cache_dir
-
-    out = cache_dir() / f"bench-step-{model.replace(':', '_').replace('=', '-').replace(',', '_')}-hf"
-    if not (out / "config.json").is_file():
-        params, config = load(model)
-        export_hf(params, config, out, tokenizer=load_tokenizer("smollm2"))
-    return out
 
 
 def run_trl(args) -> list[float]:
