@@ -22,11 +22,14 @@ from jaxdebate.sweep_plan import block_order, plan_runs
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = str(REPO / "configs" / "smoke.py")
-# Two steps, checkpoint every step (so a killed run has something to resume from), validation at the end.
+# Two steps, checkpoint every step (so a killed run has something to resume from), validation at the end;
+# one prompt a step (still 4 debates of 3 agents) and short turns: the sweep's bookkeeping is under test here.
 FAST = [
     "training.total_train_steps=2",
     "training.checkpoint_every_steps=1",
     "training.validation_every_steps=2",
+    "training.train_batch_size=1",
+    "sampler.max_new_tokens=8",
     "logging.progress_bar=false",
 ]
 STRATEGIES = ["identity", "difference_rewards", "potential_based", "coma", "reward_mixing"]
@@ -39,9 +42,10 @@ def _sweep_cmd(sweep_dir: Path, *extra: str) -> list[str]:
 
 
 def _env(cache: Path) -> dict[str, str]:
-    """The session's shared XLA cache when conftest set one (other smoke runs filled it), else ``cache``."""
+    """The session's shared XLA cache when conftest set one (other smoke runs filled it), else ``cache``;
+    every program is cached (the sweep's six launches compile the same ones), not only slow compiles."""
     return dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.environ.get("JAX_COMPILATION_CACHE_DIR", str(cache)),
-                PYTHONUNBUFFERED="1")
+                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", PYTHONUNBUFFERED="1")
 
 
 @pytest.fixture(scope="module")
