@@ -312,7 +312,9 @@ def format_table(summary: Mapping[str, Any]) -> str:
                          f"{rate(e['format_rate_mean'])} | – | – | – | {p_text} |")
     sel = summary.get("selection") or {}
     if sel.get("variant"):
-        lines += ["", f"Selected for more seeds: **{sel['variant']}** ({sel['rule']}; held-out accuracy "
+        # the rule runs over the variants finished so far: the choice is final only when all have run
+        lines += ["", f"Selected for more seeds, among the {len(sel['heldout_accuracy'])} preference variant(s) "
+                  f"finished at seed 1 so far: **{sel['variant']}** ({sel['rule']}; held-out accuracy "
                   + ", ".join(f"{k} {v:.3f}" for k, v in sorted(sel["heldout_accuracy"].items())) + ")."]
     for name, e in (summary.get("best_vs_sft") or {}).get("by_set", {}).items():
         if e.get("ci95"):
