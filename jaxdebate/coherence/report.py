@@ -314,7 +314,7 @@ def format_table(summary: Mapping[str, Any]) -> str:
     if sel.get("variant"):
         # the rule runs over the variants finished so far: the choice is final only when all have run
         lines += ["", f"Selected for more seeds, among the {len(sel['heldout_accuracy'])} preference variant(s) "
-                  f"finished at seed 1 so far: **{sel['variant']}** ({sel['rule']}; held-out accuracy "
+                  f"finished at seed {SELECTION_SEED} so far: **{sel['variant']}** ({sel['rule']}; held-out accuracy "
                   + ", ".join(f"{k} {v:.3f}" for k, v in sorted(sel["heldout_accuracy"].items())) + ")."]
     for name, e in (summary.get("best_vs_sft") or {}).get("by_set", {}).items():
         if e.get("ci95"):
