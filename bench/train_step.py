@@ -11,7 +11,10 @@ sample to a length bucket, ``jax-fp32-packed`` packs with shared prefixes, ``jax
 trains a rank-16 LoRA adapter on q/k/v/o instead of every weight (LoRA-GRPO, ``model.lora``), and
 ``torch-fp32-packed`` is the like-for-like peer of ``jax-fp32-packed``: torch on the very same packed
 rows (a 4-D block-causal mask with the shared prefixes, the same positions, the output head on the
-completion windows only).
+completion windows only). ``-bf16dots`` variants are the fp32 learner with ``model.dot_dtype =
+"bfloat16"`` (the layers' matmul operands rounded to bf16, f32 accumulation); they also print how far
+their token log-probs are from the fp32 model's on real text (GSM8K test solutions), which is the
+sampler/learner mismatch the loss's importance weight would see from an fp32 sampler.
 tokens/s counts sequence tokens (what the samples hold), not the padded or packed positions a side
 computes:
 
@@ -19,6 +22,7 @@ computes:
     .venv/bin/python bench/train_step.py --workload debate --variants jax-fp32 jax-fp32-packed torch-fp32
     .venv/bin/python bench/train_step.py --workload debate --variants jax-fp32-packed jax-fp32-packed-lora
     .venv/bin/python bench/train_step.py --variants jax-fp32 torch-fp32 --steps 2
+    .venv/bin/python bench/train_step.py --variants jax-fp32 jax-fp32-bf16dots torch-fp32 --steps 2
     .venv/bin/python bench/train_step.py --trainer-step  # phase shares of one real SmolLM2 trainer step
 
 The weights are the bundled SmolLM2-135M-Instruct GGUF, exported once to an HF directory that both
@@ -40,7 +44,7 @@ from common import hf_dir, rss_gb  # bench/common.py (the script's folder is on 
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("jax-fp32", "jax-fp32-packed", "jax-fp32-packed-lora", "torch-fp32", "torch-fp32-packed", "jax-bf16",
-            "torch-bf16")
+            "torch-bf16", "jax-fp32-bf16dots", "jax-fp32-packed-bf16dots")
 CLIP, CAP, BETA = 0.2, 2.0, 0.03
 
 
@@ -92,7 +96,8 @@ def run_jax(args) -> dict:
     from jaxdebate.rl.grpo import Learner
 
     dtype = "bfloat16" if args.variant == "jax-bf16" else "float32"
-    params, config = load(str(hf_dir()), dtype=dtype, remat=args.remat)
+    dots = "bfloat16" if args.variant.endswith("bf16dots") else "compute"
+    params, config = load(str(hf_dir()), dtype=dtype, dot_dtype=dots, remat=args.remat)
     samples = [Sample(*s) for s in make_samples(args)]
     max_len = args.length if args.workload == "uniform" else 512
     mbs, stats = make_microbatches(samples, max_len=max_len, rows_cap=len(samples), max_tokens=args.max_tokens,
@@ -112,10 +117,38 @@ def run_jax(args) -> dict:
         state, m = learner.update(state, mbs)
         jax.block_until_ready(state.params)
         times.append(time.perf_counter() - t0)
-    return {"first_step_s": first, "step_s": float(np.median(times)), "loss": m["loss"],
-            "rss_after_load_gb": base, "peak_rss_gb": rss_gb(), "computed_tokens": stats["padded_tokens"],
-            "shapes": [list(mb["tokens"].shape) + [mb["targets"].shape[1]] for mb in mbs],
-            "device": str(jax.devices()[0].device_kind), "flops_per_token": config.flops_per_token(args.length)}
+    out = {"first_step_s": first, "step_s": float(np.median(times)), "loss": m["loss"],
+           "rss_after_load_gb": base, "peak_rss_gb": rss_gb(), "computed_tokens": stats["padded_tokens"],
+           "shapes": [list(mb["tokens"].shape) + [mb["targets"].shape[1]] for mb in mbs],
+           "device": str(jax.devices()[0].device_kind), "flops_per_token": config.flops_per_token(args.length)}
+    if dots != "compute":
+        out["logprob_gap"] = text_logprob_gap(params, config)
+    return out
+
+
+def text_logprob_gap(params, config) -> dict:
+    """|token log-prob under ``config`` - under the same weights with float32 dots| on real text: the
+    GSM8K test set's first questions and solutions, 4 windows of 256 tokens (the workload's random
+    tokens are far out of distribution). Mean, 99th percentile and max over the predicted tokens."""
+    import dataclasses
+
+    import numpy as np
+
+    from jaxdebate.data.sources import read_source
+    from jaxdebate.model import load_tokenizer, token_logprobs
+
+    tokenizer = load_tokenizer("smollm2")
+    ids: list[int] = []
+    for item in read_source("gsm8k_test"):
+        ids += tokenizer.encode(f"{item.problem}\n{item.meta['solution']}\n\n")
+        if len(ids) >= 1024:
+            break
+    tokens = np.asarray(ids[:1024], np.int32).reshape(4, 256)
+    mask = np.ones_like(tokens, bool)
+    fp32 = dataclasses.replace(config, dot_dtype="compute")
+    gap = np.abs(np.asarray(token_logprobs(params, config, tokens, mask))
+                 - np.asarray(token_logprobs(params, fp32, tokens, mask)))[:, 1:]
+    return {"mean": float(gap.mean()), "p99": float(np.quantile(gap, 0.99)), "max": float(gap.max())}
 
 
 # ------------------------------------------------------------------------------------------- torch
@@ -386,6 +419,10 @@ def main() -> None:
             print(f"{'':<20} on {r['device']}: {tflops:.2f} model TFLOP/s{mfu}", flush=True)
         elif "device" in r:
             print(f"{'':<20} on {r['device']}", flush=True)
+        if "logprob_gap" in r:
+            g = r["logprob_gap"]
+            print(f"{'':<20} token log-prob gap to fp32 dots on GSM8K text: mean {g['mean']:.4f}, "
+                  f"p99 {g['p99']:.4f}, max {g['max']:.4f} nats", flush=True)
     for precision in ("fp32", "bf16"):
         ours, peer = results.get(f"jax-{precision}"), results.get(f"torch-{precision}")
         if ours and peer:
@@ -402,6 +439,13 @@ def main() -> None:
     if ours and "torch-fp32" in results:
         best = min(ours, key=lambda r: r["step_s"])
         print(f"train step ratio ours/torch fp32: {results['torch-fp32']['step_s'] / best['step_s']:.2f}")
+    ours = [results[v] for v in ("jax-fp32-bf16dots", "jax-fp32-packed-bf16dots") if v in results]
+    if ours and "torch-fp32" in results:
+        best = min(ours, key=lambda r: r["step_s"])
+        print(f"train step ratio ours (bf16 dots)/torch fp32: {results['torch-fp32']['step_s'] / best['step_s']:.2f}")
+    ours, peer = results.get("jax-fp32-packed-bf16dots"), results.get("torch-fp32-packed")
+    if ours and peer:
+        print(f"packed, same rows, ours (bf16 dots)/torch fp32 = {peer['step_s'] / ours['step_s']:.2f}x")
 
 
 if __name__ == "__main__":

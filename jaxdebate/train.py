@@ -38,6 +38,7 @@ from jaxdebate.debate import Grader, run_debates
 from jaxdebate.errors import ConfigError, JaxDebateError, RunError
 from jaxdebate.metrics import MetricWriter
 from jaxdebate.model import load, load_tokenizer, make_mesh, shard_params
+from jaxdebate.model.config import COMPUTE_FIELDS
 from jaxdebate.model.mesh import sampling_devices
 from jaxdebate.rl.batching import Sample, pack_samples, rows_cap_for, unpack_samples
 from jaxdebate.rl import config_history, run_state
@@ -126,7 +127,8 @@ class Trainer:
         train_items, self.val_items = cfg.data.load()
         self.transfer_items = cfg.data.load_transfer()
         check_prompts_fit(cfg, self.tokenizer, train_items, self.val_items, self.transfer_items)
-        params, self.model_config = load(cfg.model.source, dtype=cfg.model.dtype, remat=cfg.model.remat)
+        params, self.model_config = load(cfg.model.source, dtype=cfg.model.dtype, dot_dtype=cfg.model.dot_dtype,
+                                         remat=cfg.model.remat)
         self.stream = ItemStream(train_items, cfg.training.train_batch_size, cfg.training.seed)
         self.grader = Grader() if self.main else None
         epochs = cfg.loss.ppo_epochs
@@ -200,7 +202,9 @@ class Trainer:
             self.config, meta.get("config", to_dict(self.config)), step, allow=self.allow_config_change)
         saved_model = meta.get("model_config")
         if saved_model is not None:  # never allowed: the checkpoint's arrays would not fit
-            now = dataclasses.asdict(self.model_config)
+            # how to compute (model.dtype, dot_dtype, remat) is a config change check_resume governed above
+            now = {k: v for k, v in dataclasses.asdict(self.model_config).items() if k not in COMPUTE_FIELDS}
+            saved_model = {k: v for k, v in saved_model.items() if k not in COMPUTE_FIELDS}
             changed = [f"{k}: {saved_model.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(now) | set(saved_model))
                        if saved_model.get(k) != now.get(k)]
             if changed:

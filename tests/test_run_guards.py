@@ -106,15 +106,18 @@ def test_resume_refuses_a_changed_config_unless_allowed_and_records_it(tmp_path,
     assert "model architecture differs" in err and "head_dim: 16 -> 64" in err and "Traceback" not in err
     assert not (workdir / HISTORY_FILE).exists()
 
-    # a longer run is a safe change; an allowed learning-rate change is recorded, never rewritten
+    # a longer run is a safe change; an allowed learning-rate change is recorded, never rewritten; so is
+    # one of how to compute (bf16 matmul operands): it is not a change of architecture
     assert _launch(workdir, "training.total_train_steps=2") == EXIT_OK
-    assert _launch(workdir, "training.total_train_steps=2", "optimizer.peak_lr=1e-3",
+    assert _launch(workdir, "training.total_train_steps=2", "optimizer.peak_lr=1e-3", "model.dot_dtype=bfloat16",
                    flags=["--allow-config-change"]) == EXIT_OK
     assert (workdir / "config.json").read_text() == first
     history = [json.loads(x) for x in (workdir / HISTORY_FILE).read_text().splitlines()]
     assert [h["from_step"] for h in history] == [1, 2]
     assert history[0]["changed"] == [{"field": "training.total_train_steps", "before": 1, "after": 2}]
-    assert history[1]["changed"] == [{"field": "optimizer.peak_lr", "before": 1e-4, "after": 1e-3}]
+    assert sorted(history[1]["changed"], key=lambda c: c["field"]) == [
+        {"field": "model.dot_dtype", "before": "compute", "after": "bfloat16"},
+        {"field": "optimizer.peak_lr", "before": 1e-4, "after": 1e-3}]
     assert history[1]["config"]["optimizer"]["peak_lr"] == 1e-3
 
 

@@ -12,6 +12,10 @@ from jaxdebate.configlib import Section
 from jaxdebate.errors import ConfigError, WeightsError
 
 DTYPES = ("float32", "bfloat16")
+# operand dtype of the layers' matmuls: "compute" = the compute dtype, "bfloat16" = rounded to bf16
+DOT_DTYPES = ("compute", "bfloat16")
+# LlamaConfig fields that say how to compute, not what the weights are
+COMPUTE_FIELDS = ("dtype", "dot_dtype", "remat")
 REMAT = ("none", "full", "dots")
 ROPE_TYPES = ("default", "linear", "llama3")
 # HF model types whose checkpoints are plain Llama (same modules, names and maths).
@@ -25,6 +29,9 @@ class LlamaConfig:
 
     ``remat`` picks per-layer rematerialisation in the backward pass: ``none`` (keep activations),
     ``full`` (recompute each layer) or ``dots`` (keep matmul outputs, recompute the element-wise rest).
+    ``dot_dtype`` ``bfloat16`` rounds the operands of the layers' matmuls to bfloat16 (accumulated in
+    float32; activations, norms, attention and the output head stay in ``dtype``): the bf16 GEMM rate
+    of a CPU with avx512_bf16 for a learner that is float32 everywhere else.
     ``rope_type`` ``llama3`` uses ``rope_factor``, ``rope_low_freq_factor``, ``rope_high_freq_factor`` and
     ``rope_original_max_position``; ``linear`` uses ``rope_factor``.
     """
@@ -43,6 +50,7 @@ class LlamaConfig:
     bos_token_id: int = 1
     eos_token_id: int = 2
     dtype: str = "float32"
+    dot_dtype: str = "compute"
     remat: str = "none"
     rope_type: str = "default"
     rope_factor: float = 1.0
@@ -72,6 +80,8 @@ class LlamaConfig:
             raise ConfigError(f"model.rms_norm_eps must be > 0, got {self.rms_norm_eps}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"model.dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.dot_dtype not in DOT_DTYPES:
+            raise ConfigError(f"model.dot_dtype must be one of {DOT_DTYPES}, got {self.dot_dtype!r}")
         if self.remat not in REMAT:
             raise ConfigError(f"model.remat must be one of {REMAT}, got {self.remat!r}")
         if self.rope_type not in ROPE_TYPES:
@@ -260,7 +270,10 @@ class PolicyLoraConfig(LoraConfig):
 class ModelConfig(Section):
     """Which policy to train (a source string, see :mod:`jaxdebate.model.sources`) and how to compute.
 
-    ``dtype`` is the compute dtype (parameters and optimiser state stay float32); ``remat`` is the
+    ``dtype`` is the compute dtype (parameters and optimiser state stay float32); ``dot_dtype``
+    ``bfloat16`` rounds the learner's layer-matmul operands to bfloat16 (f32 accumulation; the JAX
+    sampler and validation keep ``dtype``'s matmuls, so the sampler/learner log-prob mismatch the loss
+    corrects is what it costs; off by default, bench/README "train_step"); ``remat`` is the
     per-layer rematerialisation of the backward pass (``none``/``full``/``dots``); ``logprob_chunk`` is
     how many tokens the output head processes at once (the full logits are never materialised);
     ``lora`` with ``rank > 0`` trains an adapter on the frozen base (:class:`PolicyLoraConfig`).
@@ -269,6 +282,7 @@ class ModelConfig(Section):
     _name: ClassVar[str] = "model"
     source: str = "smollm2"
     dtype: Literal["float32", "bfloat16"] = "float32"
+    dot_dtype: Literal["compute", "bfloat16"] = "compute"
     remat: Literal["none", "full", "dots"] = "none"
     logprob_chunk: int = 1024
     lora: PolicyLoraConfig = dataclasses.field(default_factory=PolicyLoraConfig)

@@ -304,7 +304,7 @@ def _atomic_write(path: Path, write: Callable[[str], Any]) -> None:
         raise
 
 
-_OVERRIDABLE = ("dtype", "remat", "max_position_embeddings", "bos_token_id", "eos_token_id")
+_OVERRIDABLE = ("dtype", "dot_dtype", "remat", "max_position_embeddings", "bos_token_id", "eos_token_id")
 
 
 def override_config(config: LlamaConfig, overrides: Mapping[str, Any]) -> LlamaConfig:

@@ -14,7 +14,8 @@ modules, with the transformer layers stacked on a leading layer axis and run wit
      "lm_head": {"kernel": [D, V]}}          # only when the embeddings are not tied
 
 Kernels are ``[in, out]`` (``y = x @ kernel``). Computation runs in ``config.dtype`` (float32 or
-bfloat16) with float32 norms, softmax and log-probs; every matmul accumulates in float32.
+bfloat16) with float32 norms, softmax and log-probs; every matmul accumulates in float32, and the
+layers' projections round their operands to ``config.dot_dtype`` when that is ``bfloat16``.
 """
 
 from __future__ import annotations
@@ -108,45 +109,63 @@ class Embedding(nn.Module):
         return jnp.take(table, tokens, axis=0).astype(self.dtype)
 
 
-@jax.custom_vjp
-def matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def matmul(x: jax.Array, kernel: jax.Array, operands: str | None = None) -> jax.Array:
     """``x [..., in] @ kernel [in, out]``, accumulated in float32 and rounded once to ``x``'s dtype.
 
     Why not a plain dot: XLA:CPU runs bf16 x bf16 -> f32 on its fast path (faster than a bf16-out
     dot), and lowers the weight gradient that autodiff derives (a dot contracting the token axis of a
     transposed, fused operand) to a slow generic dot: this VJP writes both gradients as plain
     contractions (figures: bench/README "train_step after the matmul VJP"). GPUs accumulate in f32
-    either way.
+    either way. ``operands`` (``model.dot_dtype``, e.g. ``"bfloat16"``) rounds both operands of the
+    forward and of both gradient contractions to that dtype; the results keep ``x``'s dtype.
     """
-    return jnp.einsum("...i,io->...o", x, kernel, preferred_element_type=F32).astype(x.dtype)
+    x_op, kernel_op = _operands(x, kernel, operands)
+    return jnp.einsum("...i,io->...o", x_op, kernel_op, preferred_element_type=F32).astype(x.dtype)
 
 
-def _matmul_fwd(x, kernel):
-    return matmul(x, kernel), (x, kernel)
+def _operands(x, kernel, operands):
+    if operands is None:
+        return x, kernel
+    if kernel.dtype != x.dtype:  # nn.Dense promotes both to the compute dtype; the VJP relies on it
+        raise ValueError(f"matmul with operands={operands}: x is {x.dtype} but the kernel {kernel.dtype}")
+    return x.astype(operands), kernel.astype(operands)
 
 
-def _matmul_bwd(residuals, g):
+def _matmul_fwd(x, kernel, operands):
+    # with ``operands`` the residuals are the rounded copies (half the activation memory in bf16)
+    return matmul(x, kernel, operands), _operands(x, kernel, operands)
+
+
+def _matmul_bwd(operands, residuals, g):
     x, kernel = residuals
-    dx = jnp.einsum("...o,io->...i", g, kernel, preferred_element_type=F32).astype(x.dtype)
+    # without ``operands`` the residuals carry the gradients' dtypes; with it, x's dtype is g's
+    dx_dtype, dk_dtype = (x.dtype, kernel.dtype) if operands is None else (g.dtype, g.dtype)
+    g = g if operands is None else g.astype(operands)
+    dx = jnp.einsum("...o,io->...i", g, kernel, preferred_element_type=F32).astype(dx_dtype)
     rows_x, rows_g = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
-    dk = jnp.einsum("ni,no->io", rows_x, rows_g, preferred_element_type=F32).astype(kernel.dtype)
+    dk = jnp.einsum("ni,no->io", rows_x, rows_g, preferred_element_type=F32).astype(dk_dtype)
     return dx, dk
 
 
 matmul.defvjp(_matmul_fwd, _matmul_bwd)
 
 
-def _dense_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+def _dense_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, operands=None):
     """``nn.Dense``'s contraction (last axis of ``lhs`` with the kernel's first) through :func:`matmul`."""
     (lhs_c, rhs_c), batch = dimension_numbers
     if tuple(lhs_c) != (lhs.ndim - 1,) or tuple(rhs_c) != (0,) or any(batch):
         raise ValueError(f"_dense_dot handles x[..., in] @ kernel[in, out] only, got {dimension_numbers}")
-    return matmul(lhs, rhs)
+    return matmul(lhs, rhs, operands)
 
 
-def _dense(features: int, dtype: Any, name: str) -> nn.Dense:
-    return nn.Dense(features, use_bias=False, dtype=dtype, param_dtype=F32, kernel_init=_normal, name=name,
-                    dot_general=_dense_dot)
+# one dot_general per LlamaConfig.dot_dtype
+_DENSE_DOTS = {"compute": _dense_dot, "bfloat16": functools.partial(_dense_dot, operands="bfloat16")}
+
+
+def _dense(features: int, config: LlamaConfig, name: str) -> nn.Dense:
+    return nn.Dense(features, use_bias=False, dtype=compute_dtype(config), param_dtype=F32, kernel_init=_normal,
+                    name=name, dot_general=_DENSE_DOTS[config.dot_dtype])
 
 
 class Attention(nn.Module):
@@ -165,9 +184,9 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         h, kv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         g = h // kv
-        q = _dense(h * hd, dt, "q_proj")(x).reshape(b, t, kv, g, hd).transpose(0, 2, 3, 1, 4)
-        k = _dense(kv * hd, dt, "k_proj")(x).reshape(b, t, kv, hd).transpose(0, 2, 1, 3)
-        v = _dense(kv * hd, dt, "v_proj")(x).reshape(b, t, kv, hd).transpose(0, 2, 1, 3)
+        q = _dense(h * hd, cfg, "q_proj")(x).reshape(b, t, kv, g, hd).transpose(0, 2, 3, 1, 4)
+        k = _dense(kv * hd, cfg, "k_proj")(x).reshape(b, t, kv, hd).transpose(0, 2, 1, 3)
+        v = _dense(kv * hd, cfg, "v_proj")(x).reshape(b, t, kv, hd).transpose(0, 2, 1, 3)
         q = apply_rope(q.reshape(b, kv * g, t, hd), cos, sin).reshape(b, kv, g, t, hd)
         k = apply_rope(k, cos, sin)
         q = q * jnp.asarray(hd**-0.5, dt)
@@ -182,7 +201,7 @@ class Attention(nn.Module):
             out = _attend_one(q, k, v, mask)
         else:
             out = _attend(q, k, v, mask, causal_blocks(t, k.shape[2], cache is not None)).transpose(0, 3, 1, 2, 4)
-        return _dense(cfg.hidden_size, dt, "o_proj")(out.astype(dt).reshape(b, t, h * hd)), cache
+        return _dense(cfg.hidden_size, cfg, "o_proj")(out.astype(dt).reshape(b, t, h * hd)), cache
 
 
 def causal_blocks(t: int, s: int, cached: bool) -> int:
@@ -273,11 +292,10 @@ class MLP(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        dt = compute_dtype(self.config)
         f = self.config.intermediate_size
-        gate = _dense(f, dt, "gate_proj")(x)
-        up = _dense(f, dt, "up_proj")(x)
-        return _dense(self.config.hidden_size, dt, "down_proj")(jax.nn.silu(gate) * up)
+        gate = _dense(f, self.config, "gate_proj")(x)
+        up = _dense(f, self.config, "up_proj")(x)
+        return _dense(self.config.hidden_size, self.config, "down_proj")(jax.nn.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -326,7 +344,7 @@ class Llama(nn.Module):
         )(cfg)
         self.norm = RMSNorm(cfg.rms_norm_eps, dt)
         if not cfg.tie_word_embeddings:
-            self.lm_head = _dense(cfg.vocab_size, dt, "lm_head")
+            self.lm_head = _dense(cfg.vocab_size, cfg, "lm_head")
 
     def __call__(self, tokens, positions, mask, cache=None, cache_index=0):
         cos, sin = rope_tables(self.config, positions)

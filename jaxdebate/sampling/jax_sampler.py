@@ -176,7 +176,8 @@ class JaxSampler:
     own keys), so a batch no longer decodes every row until its longest completion ends.
     ``dtype`` (default ``config.dtype``) is the compute dtype: with ``bfloat16`` the sampler keeps a
     bf16 copy of the weights (cast once per ``update_weights``) and a bf16 KV cache; logits and
-    log-probs stay float32.
+    log-probs stay float32. The matmuls' operands are always in that dtype: ``config.dot_dtype`` is
+    the learner's option and is reset here.
     """
 
     def __init__(
@@ -201,6 +202,8 @@ class JaxSampler:
             raise ConfigError(f"sampler dtype must be one of {DTYPES}, got {dtype!r}")
         if dtype is not None and dtype != config.dtype:
             config = dataclasses.replace(config, dtype=dtype)
+        if config.dot_dtype != "compute":  # a learner-only option: samples and validations keep their numerics
+            config = dataclasses.replace(config, dot_dtype="compute")
         limit = min(config.max_position_embeddings, 2048) if max_total_len is None else max_total_len
         if not 2 <= limit <= config.max_position_embeddings:
             raise ConfigError(

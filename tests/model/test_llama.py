@@ -111,6 +111,47 @@ def test_dense_matmul_vjp_equals_autodiff_of_the_plain_contraction(dtype, tol):
     assert grads.shape == w.shape and bool(jnp.all(jnp.isfinite(grads.astype(jnp.float32))))
 
 
+def test_bf16_operand_matmul_rounds_the_operands_of_the_forward_and_both_gradients():
+    """``operands="bfloat16"`` (``model.dot_dtype``): the value and both gradients are the float32-accumulated
+    contractions of the bf16-rounded operands (cotangent included), returned in float32."""
+    from jaxdebate.model.llama import matmul
+
+    kx, kw, kg = jax.random.split(jax.random.key(1), 3)
+    x = jax.random.normal(kx, (2, 7, 24), jnp.float32)
+    w = jax.random.normal(kw, (24, 40), jnp.float32)
+    cot = jax.random.normal(kg, (2, 7, 40), jnp.float32)
+    r = lambda a: np.asarray(a.astype(jnp.bfloat16), np.float64)  # noqa: E731
+    out, vjp = jax.vjp(lambda x, w: matmul(x, w, "bfloat16"), x, w)
+    dx, dw = vjp(cot)
+    assert out.dtype == dx.dtype == dw.dtype == jnp.float32
+    np.testing.assert_allclose(out, np.einsum("bti,io->bto", r(x), r(w)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dx, np.einsum("bto,io->bti", r(cot), r(w)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dw, np.einsum("bti,bto->io", r(x), r(cot)), rtol=1e-5, atol=1e-5)
+    assert np.abs(np.asarray(out) - np.asarray(matmul(x, w))).max() > 1e-3  # the rounding really happened
+    with pytest.raises(ValueError, match="operands=bfloat16"):
+        matmul(x, w.astype(jnp.bfloat16), "bfloat16")
+
+
+def test_bf16_dots_keep_logprobs_and_gradients_near_fp32(tiny_model):
+    """``dot_dtype="bfloat16"``: token log-probs and the parameter gradient of their sum stay close to
+    the fp32 model's (the output head and attention are untouched), but are not the same numbers."""
+    params, config = tiny_model
+    ids = np.random.RandomState(2).randint(0, config.vocab_size, (2, 24))
+    mask = np.ones_like(ids, bool)
+    dots = dataclasses.replace(config, dot_dtype="bfloat16")
+
+    def total(p, c):
+        return jnp.sum(token_logprobs(p, c, ids, mask))
+
+    (lp32, g32), (lp16, g16) = [(np.asarray(token_logprobs(params, c, ids, mask)), jax.grad(total)(params, c))
+                                for c in (config, dots)]
+    gap = np.abs(lp16 - lp32)[:, 1:]
+    assert 1e-6 < gap.max() < 0.05, gap.max()
+    flat32, flat16 = (np.concatenate([np.ravel(a) for a in jax.tree.leaves(g)]) for g in (g32, g16))
+    cosine = flat32 @ flat16 / np.linalg.norm(flat32) / np.linalg.norm(flat16)
+    assert 0.99 < cosine < 1.0 - 1e-9, cosine
+
+
 @pytest.mark.parametrize("t,blocks", [(9, 1), (16, 1), (16, 2), (16, 4)])
 def test_attention_vjp_equals_autodiff_of_the_plain_softmax_attention(t, blocks):
     """The attention core's hand-written VJP gives autodiff's gradients, padding queries (rows whose
@@ -296,6 +337,8 @@ def test_config_validation_names_the_field():
         LlamaConfig(dtype="float16")
     with pytest.raises(ConfigError, match="model.remat"):
         LlamaConfig(remat="sometimes")
+    with pytest.raises(ConfigError, match="model.dot_dtype"):
+        LlamaConfig(dot_dtype="float16")
     config = LlamaConfig()
     assert hash(config) == hash(LlamaConfig())
     assert LlamaConfig.from_hf(config.to_hf()) == config

@@ -273,6 +273,12 @@ def test_bfloat16_sampler_samples_the_bf16_model_and_keeps_f32_logprobs(model, t
     assert {leaf.dtype for leaf in jax.tree.leaves(params)} == {jnp.dtype(jnp.float32)}
     with pytest.raises(ConfigError, match="sampler dtype must be one of"):
         JaxSampler(params, config, tokenizer, dtype="float16")
+    # the learner's bf16 matmul operands (model.dot_dtype) never reach the sampler: its greedy paths
+    # are the fp32 model's
+    with JaxSampler(params, dataclasses.replace(config, dot_dtype="bfloat16"), tokenizer) as s:
+        assert s.config.dot_dtype == "compute"
+        assert [list(c.token_ids) for (c,) in s.generate(prompts, GREEDY)] == [
+            _uncached_greedy(params, config, prompt, 12) for prompt in prompts]
 
 
 @pytest.mark.smollm2
