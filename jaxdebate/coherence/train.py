@@ -129,6 +129,11 @@ def reference_logps(
 
 
 _LATER_DEFAULTS = {"objective": "dpo", "rpo_alpha": 1.0, "early_stopping": False, "patience": 1}
+_LATER_MODEL_DEFAULTS = {"dot_dtype": "compute"}
+
+
+def _set_only(section: Mapping[str, Any], later_defaults: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in section.items() if not (k in later_defaults and v == later_defaults[k])}
 
 
 def run_fingerprint(cfg: CoherenceConfig, pairs: Sequence[Mapping[str, Any]]) -> str:
@@ -136,10 +141,9 @@ def run_fingerprint(cfg: CoherenceConfig, pairs: Sequence[Mapping[str, Any]]) ->
     DPO settings), so a resumed run refuses checkpoints of a different run; raising ``dpo.epochs`` and
     resuming continues the same run."""
     # fields added after the first runs count only when set, so those runs' checkpoints still resume
-    settings = {k: v for k, v in to_dict(cfg.dpo).items()
-                if k != "epochs" and not (k in _LATER_DEFAULTS and v == _LATER_DEFAULTS[k])}
+    settings = {k: v for k, v in _set_only(to_dict(cfg.dpo), _LATER_DEFAULTS).items() if k != "epochs"}
     blob = json.dumps(
-        [to_dict(cfg.model), to_dict(cfg.lora), settings, *([cfg.protocol] if cfg.protocol != "seed" else []),
+        [_set_only(to_dict(cfg.model), _LATER_MODEL_DEFAULTS), to_dict(cfg.lora), settings, *([cfg.protocol] if cfg.protocol != "seed" else []),
          [(p["question"], p["chosen"], p["rejected"], p.get("chosen_finish_reason"), p.get("rejected_finish_reason"))
           for p in pairs]],
         sort_keys=True,

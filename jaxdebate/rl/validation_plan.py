@@ -90,7 +90,8 @@ def initial_key(config, sets: Sequence[ValidationSet], sampler_identity: str) ->
     seed block (the pilot's 8 step-0 row files, 4 seeds, were byte-identical)."""
     seeded = config.sampler.eval_temperature > 0 or config.model.lora.rank > 0
     payload = {
-        "model": to_dict(config.model), "debate": to_dict(config.debate),
+        # model.dot_dtype is the learner's alone (the samplers reset it)
+        "model": {k: v for k, v in to_dict(config.model).items() if k != "dot_dtype"}, "debate": to_dict(config.debate),
         "sampler": {k: v for k, v in to_dict(config.sampler).items() if k not in ("fallback",)},
         "eval_batch_size": config.training.eval_batch_size, "seed": config.training.seed if seeded else None,
         "sets": [[s.prefix, s.env, dict(s.remap or {}), [[i.id, i.problem, i.answer, i.env] for i in s.items]]

@@ -177,3 +177,14 @@ def test_schedules():
     warm = train.make_schedule(DPOConfig(learning_rate=1.0, warmup_ratio=0.2, schedule="constant"), total)
     # 2 warm-up updates: 1/3, 2/3 of the peak (the first update already moves the weights), then the peak
     assert float(warm(0)) == pytest.approx(1 / 3) and float(warm(1)) == pytest.approx(2 / 3) and float(warm(5)) == 1.0
+
+
+def test_the_run_fingerprint_ignores_the_epoch_count_and_sees_what_changes_the_adapter():
+    """A resumed run refuses another run's checkpoints: the objective and the learner's bf16 matmul
+    operands (``model.dot_dtype``) change the fingerprint; raising the epoch count does not."""
+    base = train.run_fingerprint(tiny_cfg(), PAIRS)
+    assert train.run_fingerprint(tiny_cfg(epochs=5), PAIRS) == base
+    assert train.run_fingerprint(tiny_cfg(objective="rpo"), PAIRS) != base
+    cfg = tiny_cfg()
+    dots = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dot_dtype="bfloat16"))
+    assert train.run_fingerprint(dots, PAIRS) != base

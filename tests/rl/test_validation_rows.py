@@ -104,6 +104,9 @@ def test_the_step_0_key_holds_the_seed_only_where_it_can_change_step_0():
     lora = dataclasses.replace(greedy, model=dataclasses.replace(
         greedy.model, lora=dataclasses.replace(greedy.model.lora, rank=4)))
     assert key(lora, 1) != key(lora, 2)
+    # the learner's bf16 matmul operands never reach the sampler that validates
+    dots = dataclasses.replace(greedy, model=dataclasses.replace(greedy.model, dot_dtype="bfloat16"))
+    assert key(dots, 1) == key(greedy, 1)
 
 
 def test_evaluation_decoding_is_greedy_without_a_nucleus_cut():
