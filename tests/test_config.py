@@ -138,12 +138,18 @@ def test_overrides_and_errors_name_the_field(configs):
         "sampler.max_new_tokens=4096": "sampler.max_new_tokens",
         "nosection.x=1": "nosection",
         "loss=1": "loss",
+        "model.dot_dtype=float16": "model.dot_dtype",
     }
     for override, named in cases.items():
         with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
             apply_overrides(base, [override])
     with pytest.raises(ConfigError, match="section.field=value"):
         apply_overrides(base, ["loss.beta"])
+    # bf16 matmul operands: only for a full-fine-tuning fp32 learner
+    assert apply_overrides(base, ["model.dot_dtype=bfloat16"]).model.dot_dtype == "bfloat16"
+    for others in (["model.dtype=bfloat16"], ["model.lora.rank=8"]):
+        with pytest.raises(ConfigError, match=r"model\.dot_dtype must be 'compute' (with model\.dtype|when a LoRA)"):
+            apply_overrides(base, ["model.dot_dtype=bfloat16", *others])
 
 
 def test_round_trip_through_json(configs, family):

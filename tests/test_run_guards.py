@@ -94,9 +94,10 @@ def test_resume_refuses_a_changed_config_unless_allowed_and_records_it(tmp_path,
     capsys.readouterr()
 
     # a learning-rate change would mix two experiments in one run: refused, listing the field
-    assert _launch(workdir, "training.total_train_steps=1", "optimizer.peak_lr=1e-3") == EXIT_CONFIG
+    assert _launch(workdir, "training.total_train_steps=1", "optimizer.peak_lr=1e-3", "model.dot_dtype=bfloat16") == EXIT_CONFIG
     err = capsys.readouterr().err
     assert "optimizer.peak_lr: 0.0001 -> 0.001" in err and "--allow-config-change" in err
+    assert "model.dot_dtype: 'compute' -> 'bfloat16'" in err
     # another architecture: refused too, naming model.source; with the flag, naming the model fields
     tiny64 = "model.source=tiny:hidden=128,heads=2,kv_heads=1"
     assert _launch(workdir, "training.total_train_steps=1", tiny64) == EXIT_CONFIG

@@ -19,6 +19,7 @@ from jaxdebate.coherence.arms import Arm, default_arms, validate_arms
 from jaxdebate.config import LoggingConfig, LoraConfig, ModelConfig, SamplerConfig
 from jaxdebate.configlib import Section
 from jaxdebate.errors import ConfigError
+from jaxdebate.model.config import DOTS_WITH_LORA
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +199,8 @@ class CoherenceConfig(Section):
         if self.model.lora.enabled:
             raise ConfigError("model.lora is the GRPO learner's adapter; the coherence pipeline's adapter "
                               "is configured in the lora section (lora.rank, lora.alpha, lora.targets)")
+        if self.model.dot_dtype != "compute":  # the pipeline always trains a LoRA adapter
+            raise ConfigError(f"model.dot_dtype {DOTS_WITH_LORA}, got {self.model.dot_dtype!r}")
         if not self.workdir.strip():
             self._fail("workdir", "must be a non-empty path")
         if self.variant and not re.fullmatch(r"[A-Za-z0-9_.+-]+", self.variant):

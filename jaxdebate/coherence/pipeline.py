@@ -53,7 +53,7 @@ class Context:
             from jaxdebate.model import load
 
             m = self.config.model
-            self._model = load(m.source, dtype=m.dtype, dot_dtype=m.dot_dtype, remat=m.remat)
+            self._model = load(m.source, dtype=m.dtype, remat=m.remat)
         return self._model
 
     @property

@@ -14,6 +14,10 @@ from jaxdebate.errors import ConfigError, WeightsError
 DTYPES = ("float32", "bfloat16")
 # operand dtype of the layers' matmuls: "compute" = the compute dtype, "bfloat16" = rounded to bf16
 DOT_DTYPES = ("compute", "bfloat16")
+# bf16 matmul operands are an option of a full-fine-tuning fp32 learner; why not elsewhere:
+DOTS_WITH_BF16 = "must be 'compute' with model.dtype=bfloat16 (bf16 compute already rounds every matmul operand)"
+DOTS_WITH_LORA = ("must be 'compute' when a LoRA adapter is trained: the adapter is merged into the kernel "
+                  "before the matmul, and a bf16 merged kernel hides the adapter's small updates from the learner")
 # LlamaConfig fields that say how to compute, not what the weights are
 COMPUTE_FIELDS = ("dtype", "dot_dtype", "remat")
 REMAT = ("none", "full", "dots")
@@ -82,6 +86,8 @@ class LlamaConfig:
             raise ConfigError(f"model.dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.dot_dtype not in DOT_DTYPES:
             raise ConfigError(f"model.dot_dtype must be one of {DOT_DTYPES}, got {self.dot_dtype!r}")
+        if self.dot_dtype == "bfloat16" and self.dtype == "bfloat16":
+            raise ConfigError(f"model.dot_dtype {DOTS_WITH_BF16}, got 'bfloat16'")
         if self.remat not in REMAT:
             raise ConfigError(f"model.remat must be one of {REMAT}, got {self.remat!r}")
         if self.rope_type not in ROPE_TYPES:
@@ -273,7 +279,8 @@ class ModelConfig(Section):
     ``dtype`` is the compute dtype (parameters and optimiser state stay float32); ``dot_dtype``
     ``bfloat16`` rounds the learner's layer-matmul operands to bfloat16 (f32 accumulation; the JAX
     sampler and validation keep ``dtype``'s matmuls, so the sampler/learner log-prob mismatch the loss
-    corrects is what it costs; off by default, bench/README "train_step"); ``remat`` is the
+    corrects is what it costs; full fine-tuning at ``dtype=float32`` only; off by default; figures in
+    bench/README "train_step: bf16 matmul operands"); ``remat`` is the
     per-layer rematerialisation of the backward pass (``none``/``full``/``dots``); ``logprob_chunk`` is
     how many tokens the output head processes at once (the full logits are never materialised);
     ``lora`` with ``rank > 0`` trains an adapter on the frozen base (:class:`PolicyLoraConfig`).
@@ -291,3 +298,7 @@ class ModelConfig(Section):
         if not self.source.strip():
             self._fail("source", "must be a model source string (smollm2, tiny, a directory, ORG/NAME)")
         self._at_least(1, "logprob_chunk")
+        if self.dot_dtype == "bfloat16" and self.dtype == "bfloat16":
+            self._fail("dot_dtype", DOTS_WITH_BF16)
+        if self.dot_dtype == "bfloat16" and self.lora.rank > 0:
+            self._fail("dot_dtype", DOTS_WITH_LORA)

@@ -139,7 +139,9 @@ def _matmul_fwd(x, kernel, operands):
 
 def _matmul_bwd(operands, residuals, g):
     x, kernel = residuals
-    # without ``operands`` the residuals carry the gradients' dtypes; with it, x's dtype is g's
+    # without ``operands`` the residuals carry the gradients' dtypes; with it they are the rounded
+    # copies, and g's dtype is both: the output was cast to x's dtype, and _operands refused a kernel
+    # of another dtype than x's
     dx_dtype, dk_dtype = (x.dtype, kernel.dtype) if operands is None else (g.dtype, g.dtype)
     g = g if operands is None else g.astype(operands)
     dx = jnp.einsum("...o,io->...i", g, kernel, preferred_element_type=F32).astype(dx_dtype)
@@ -163,9 +165,9 @@ def _dense_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_ty
 _DENSE_DOTS = {"compute": _dense_dot, "bfloat16": functools.partial(_dense_dot, operands="bfloat16")}
 
 
-def _dense(features: int, config: LlamaConfig, name: str) -> nn.Dense:
-    return nn.Dense(features, use_bias=False, dtype=compute_dtype(config), param_dtype=F32, kernel_init=_normal,
-                    name=name, dot_general=_DENSE_DOTS[config.dot_dtype])
+def _dense(features: int, dtype: Any, name: str, dot_dtype: str = "compute") -> nn.Dense:
+    return nn.Dense(features, use_bias=False, dtype=dtype, param_dtype=F32, kernel_init=_normal, name=name,
+                    dot_general=_DENSE_DOTS[dot_dtype])
 
 
 class Attention(nn.Module):
@@ -184,9 +186,9 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         h, kv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         g = h // kv
-        q = _dense(h * hd, cfg, "q_proj")(x).reshape(b, t, kv, g, hd).transpose(0, 2, 3, 1, 4)
-        k = _dense(kv * hd, cfg, "k_proj")(x).reshape(b, t, kv, hd).transpose(0, 2, 1, 3)
-        v = _dense(kv * hd, cfg, "v_proj")(x).reshape(b, t, kv, hd).transpose(0, 2, 1, 3)
+        q = _dense(h * hd, dt, "q_proj", cfg.dot_dtype)(x).reshape(b, t, kv, g, hd).transpose(0, 2, 3, 1, 4)
+        k = _dense(kv * hd, dt, "k_proj", cfg.dot_dtype)(x).reshape(b, t, kv, hd).transpose(0, 2, 1, 3)
+        v = _dense(kv * hd, dt, "v_proj", cfg.dot_dtype)(x).reshape(b, t, kv, hd).transpose(0, 2, 1, 3)
         q = apply_rope(q.reshape(b, kv * g, t, hd), cos, sin).reshape(b, kv, g, t, hd)
         k = apply_rope(k, cos, sin)
         q = q * jnp.asarray(hd**-0.5, dt)
@@ -201,7 +203,7 @@ class Attention(nn.Module):
             out = _attend_one(q, k, v, mask)
         else:
             out = _attend(q, k, v, mask, causal_blocks(t, k.shape[2], cache is not None)).transpose(0, 3, 1, 2, 4)
-        return _dense(cfg.hidden_size, cfg, "o_proj")(out.astype(dt).reshape(b, t, h * hd)), cache
+        return _dense(cfg.hidden_size, dt, "o_proj", cfg.dot_dtype)(out.astype(dt).reshape(b, t, h * hd)), cache
 
 
 def causal_blocks(t: int, s: int, cached: bool) -> int:
@@ -292,10 +294,11 @@ class MLP(nn.Module):
 
     @nn.compact
     def __call__(self, x):
+        dt, dots = compute_dtype(self.config), self.config.dot_dtype
         f = self.config.intermediate_size
-        gate = _dense(f, self.config, "gate_proj")(x)
-        up = _dense(f, self.config, "up_proj")(x)
-        return _dense(self.config.hidden_size, self.config, "down_proj")(jax.nn.silu(gate) * up)
+        gate = _dense(f, dt, "gate_proj", dots)(x)
+        up = _dense(f, dt, "up_proj", dots)(x)
+        return _dense(self.config.hidden_size, dt, "down_proj", dots)(jax.nn.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -344,7 +347,7 @@ class Llama(nn.Module):
         )(cfg)
         self.norm = RMSNorm(cfg.rms_norm_eps, dt)
         if not cfg.tie_word_embeddings:
-            self.lm_head = _dense(cfg.vocab_size, cfg, "lm_head")
+            self.lm_head = _dense(cfg.vocab_size, dt, "lm_head")
 
     def __call__(self, tokens, positions, mask, cache=None, cache_index=0):
         cos, sin = rope_tables(self.config, positions)

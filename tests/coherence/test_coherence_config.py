@@ -32,6 +32,7 @@ def test_config_files_load_with_overrides_and_round_trip():
     ("collect.questions_per_batch=0", "collect.questions_per_batch"),
     ("dpo.epochs=two", "dpo.epochs"),
     ("dpo.nonsense=1", "dpo.nonsense"),
+    ("model.dot_dtype=bfloat16", "model.dot_dtype must be 'compute' when a LoRA adapter is trained"),
 ])
 def test_bad_overrides_name_the_field(override, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):

@@ -147,9 +147,45 @@ def test_bf16_dots_keep_logprobs_and_gradients_near_fp32(tiny_model):
                                 for c in (config, dots)]
     gap = np.abs(lp16 - lp32)[:, 1:]
     assert 1e-6 < gap.max() < 0.05, gap.max()
-    flat32, flat16 = (np.concatenate([np.ravel(a) for a in jax.tree.leaves(g)]) for g in (g32, g16))
+    flat32, flat16 = (np.concatenate([np.ravel(a) for a in jax.tree.leaves(g)]).astype(np.float64) for g in (g32, g16))
     cosine = flat32 @ flat16 / np.linalg.norm(flat32) / np.linalg.norm(flat16)
-    assert 0.99 < cosine < 1.0 - 1e-9, cosine
+    assert cosine > 0.99 and np.abs(flat16 - flat32).max() > 1e-4 * np.abs(flat32).max(), cosine
+
+
+def _dots_by_operand_dtype(jaxpr) -> dict[str, int]:
+    """How many ``dot_general`` equations of a jaxpr (nested jaxprs included: jit, scan, custom_vjp)
+    take operands of each dtype."""
+    counts: dict[str, int] = {}
+
+    def walk(jp):
+        for eqn in jp.eqns:
+            if eqn.primitive.name == "dot_general":
+                key = str(eqn.invars[0].aval.dtype)
+                counts[key] = counts.get(key, 0) + 1
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (tuple, list)) else (value,):
+                    if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                        walk(sub.jaxpr)
+                    elif isinstance(sub, jax.extend.core.Jaxpr):
+                        walk(sub)
+
+    walk(jaxpr.jaxpr)
+    return counts
+
+
+def test_bf16_dots_reach_the_seven_projections_and_the_default_has_no_bf16(tiny_model):
+    """The programs themselves: with ``dot_dtype="bfloat16"`` the layer's forward holds exactly seven
+    bf16 matmuls (q, k, v, o, gate, up, down: attention and the head stay f32); with the default, the
+    gradient program holds no bf16 value at all (the default's numerics are the float32 model's)."""
+    params, config = tiny_model
+    ids = np.random.RandomState(3).randint(0, config.vocab_size, (2, 16))
+    mask = np.ones_like(ids, bool)
+    dots = dataclasses.replace(config, dot_dtype="bfloat16")
+    forward16 = _dots_by_operand_dtype(jax.make_jaxpr(lambda p: token_logprobs(p, dots, ids, mask))(params))
+    assert forward16.get("bfloat16") == 7, forward16
+    grad32 = jax.make_jaxpr(jax.grad(lambda p: jnp.sum(token_logprobs(p, config, ids, mask))))(params)
+    assert "bf16" not in str(grad32)
+    assert set(_dots_by_operand_dtype(grad32)) == {"float32"}
 
 
 @pytest.mark.parametrize("t,blocks", [(9, 1), (16, 1), (16, 2), (16, 4)])
@@ -339,6 +375,8 @@ def test_config_validation_names_the_field():
         LlamaConfig(remat="sometimes")
     with pytest.raises(ConfigError, match="model.dot_dtype"):
         LlamaConfig(dot_dtype="float16")
+    with pytest.raises(ConfigError, match="model.dot_dtype must be 'compute' with model.dtype=bfloat16"):
+        LlamaConfig(dtype="bfloat16", dot_dtype="bfloat16")
     config = LlamaConfig()
     assert hash(config) == hash(LlamaConfig())
     assert LlamaConfig.from_hf(config.to_hf()) == config
