@@ -98,6 +98,8 @@ def run_jax(args) -> dict:
     dtype = "bfloat16" if args.variant == "jax-bf16" else "float32"
     dots = "bfloat16" if args.variant.endswith("bf16dots") else "compute"
     params, config = load(str(hf_dir()), dtype=dtype, dot_dtype=dots, remat=args.remat)
+    # before the learner takes the parameters (its update donates them)
+    gap = text_logprob_gap(params, config) if dots != "compute" else None
     samples = [Sample(*s) for s in make_samples(args)]
     max_len = args.length if args.workload == "uniform" else 512
     mbs, stats = make_microbatches(samples, max_len=max_len, rows_cap=len(samples), max_tokens=args.max_tokens,
@@ -121,8 +123,8 @@ def run_jax(args) -> dict:
            "rss_after_load_gb": base, "peak_rss_gb": rss_gb(), "computed_tokens": stats["padded_tokens"],
            "shapes": [list(mb["tokens"].shape) + [mb["targets"].shape[1]] for mb in mbs],
            "device": str(jax.devices()[0].device_kind), "flops_per_token": config.flops_per_token(args.length)}
-    if dots != "compute":
-        out["logprob_gap"] = text_logprob_gap(params, config)
+    if gap is not None:
+        out["logprob_gap"] = gap
     return out
 
 
