@@ -200,10 +200,10 @@ class JaxSampler:
     ) -> None:
         if dtype is not None and dtype not in DTYPES:
             raise ConfigError(f"sampler dtype must be one of {DTYPES}, got {dtype!r}")
-        if dtype is not None and dtype != config.dtype:
-            config = dataclasses.replace(config, dtype=dtype)
         if config.dot_dtype != "compute":  # a learner-only option: samples and validations keep their numerics
             config = dataclasses.replace(config, dot_dtype="compute")
+        if dtype is not None and dtype != config.dtype:
+            config = dataclasses.replace(config, dtype=dtype)
         limit = min(config.max_position_embeddings, 2048) if max_total_len is None else max_total_len
         if not 2 <= limit <= config.max_position_embeddings:
             raise ConfigError(

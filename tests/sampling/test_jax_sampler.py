@@ -283,6 +283,8 @@ def test_bfloat16_sampler_samples_the_bf16_model_and_keeps_f32_logprobs(model, t
             seq = np.asarray([list(prompt) + list(c.token_ids)])
             fp32 = token_logprobs(params, config, seq, np.ones_like(seq, bool), temperature=sp.temperature)
             np.testing.assert_allclose(c.logprobs, np.asarray(fp32)[0, len(prompt):], atol=2e-5)
+    with JaxSampler(params, dataclasses.replace(config, dot_dtype="bfloat16"), tokenizer, dtype="bfloat16") as s:
+        assert (s.config.dtype, s.config.dot_dtype) == ("bfloat16", "compute")  # a bf16 sampler beside such a learner
 
 
 @pytest.mark.smollm2
