@@ -435,20 +435,16 @@ def main() -> None:
     if full and lora:
         print(f"LoRA-GRPO (rank 16, q/k/v/o) vs full fine-tuning, packed fp32: step time "
               f"{lora['step_s'] / full['step_s']:.2f}x, peak RSS {lora['peak_rss_gb'] / full['peak_rss_gb']:.2f}x")
-    ours, peer = results.get("jax-fp32-packed"), results.get("torch-fp32-packed")
-    if ours and peer:
-        print(f"packed, like for like (both on the same packed rows): ours/torch = {peer['step_s'] / ours['step_s']:.2f}x")
-    ours = [results[v] for v in ("jax-fp32", "jax-fp32-packed") if v in results]
-    if ours and "torch-fp32" in results:
-        best = min(ours, key=lambda r: r["step_s"])
-        print(f"train step ratio ours/torch fp32: {results['torch-fp32']['step_s'] / best['step_s']:.2f}")
-    ours = [results[v] for v in ("jax-fp32-bf16dots", "jax-fp32-packed-bf16dots") if v in results]
-    if ours and "torch-fp32" in results:
-        best = min(ours, key=lambda r: r["step_s"])
-        print(f"train step ratio ours (bf16 dots)/torch fp32: {results['torch-fp32']['step_s'] / best['step_s']:.2f}")
-    ours, peer = results.get("jax-fp32-packed-bf16dots"), results.get("torch-fp32-packed")
-    if ours and peer:
-        print(f"packed, same rows, ours (bf16 dots)/torch fp32 = {peer['step_s'] / ours['step_s']:.2f}x")
+    # the fp32 learner, then the same with bf16 matmul operands: each against torch fp32
+    for suffix, label in (("", ""), ("-bf16dots", " (bf16 dots)")):
+        ours, peer = results.get(f"jax-fp32-packed{suffix}"), results.get("torch-fp32-packed")
+        if ours and peer:
+            print(f"packed, like for like (both on the same packed rows): ours{label}/torch = "
+                  f"{peer['step_s'] / ours['step_s']:.2f}x")
+        ours = [results[v + suffix] for v in ("jax-fp32", "jax-fp32-packed") if v + suffix in results]
+        if ours and "torch-fp32" in results:
+            best = min(ours, key=lambda r: r["step_s"])
+            print(f"train step ratio ours{label}/torch fp32: {results['torch-fp32']['step_s'] / best['step_s']:.2f}")
 
 
 if __name__ == "__main__":
