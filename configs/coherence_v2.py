@@ -9,6 +9,10 @@ validated on the held-out pairs and with greedy accuracy on the held-out questio
 after one epoch without a better held-out accuracy and exports the best epoch. Evaluation: 300
 problems of the same generator (a disjoint slice).
 
+Every stage samples with the in-process JAX sampler in the model's fp32 (pinned, not ``auto``), so
+runs made on different CPU kinds decode alike; the rollouts are collected once and committed
+(``scripts/coherence_v2.py``).
+
 Variants share the rollouts and differ only in :data:`VARIANTS`' overrides (one ``--set`` each);
 the seed is ``dpo.seed`` (adapter initialisation and pair order)::
 
@@ -48,6 +52,9 @@ def get_config():
         "data.n_questions=500",
         f"data.eval={ARITHMETIC},slice=500:800",
         "sampler.max_new_tokens=48",
+        # one decoder on every machine: the study spans sessions and CPU kinds, and `auto` would pick
+        # vLLM in bf16 on AVX-512 bf16 CPUs and the JAX sampler in fp32 elsewhere (different answers)
+        "sampler.backend=jax",
         "collect.questions_per_batch=8",
         "collect.canonical_twins=true",
         f"collect.rollouts={ROOT}/rollouts.jsonl",

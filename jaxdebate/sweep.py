@@ -30,28 +30,13 @@ from jaxdebate.config import LaunchConfig
 from jaxdebate.configlib import to_dict
 from jaxdebate.errors import ConfigError
 from jaxdebate.processes import pid_alive
-from jaxdebate.sampling.hardware import simd_flags
+from jaxdebate.provenance import provenance
 from jaxdebate.sweep_plan import REPO_ROOT, RunSpec
 
 EXECUTORS = ("local", "submitit_local", "slurm")
 RUN_FILE = "run.json"
 KEEP_CHECKPOINTS = ("all", "last", "none")  # what a finished run keeps of its orbax checkpoints
 EXIT_OK, EXIT_INTERRUPTED = 0, 130  # python -m jaxdebate.launch: finished / interrupted (checkpointed)
-
-
-def provenance() -> dict[str, Any]:
-    """What every run records about the code and the machine it ran on: the git commit (and whether
-    tracked files differed from it), the CPU's AVX-512/AMX flags and the host."""
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                                   timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    return {"commit": git("rev-parse", "HEAD") or None,
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-            "cpu_flags": simd_flags() or "(AVX2 only: no AVX-512/AMX)", "host": os.uname().nodename}
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -15,6 +15,12 @@ a new run starts from a finished run's ``base.jsonl`` instead of decoding them a
 is reported and the next one runs. After every run: ``python -m jaxdebate.coherence.report
 runs/coherence_v2 --out results/coherence-v2``.
 
+The shared rollouts (``runs/coherence_v2/rollouts.jsonl``, collected once, ~8 MB) are kept in git as
+``results/coherence-v2/rollouts.jsonl.gz``: written after every run (and by ``--save-rollouts`` alone,
+e.g. after stopping a collection part-way: it is resumable), and unpacked from there when
+``runs/coherence_v2`` lacks them, so a run on another machine or in another session trains on the same
+pairs (``pairs_summary.json`` records the file's digest; the report warns when runs differ in it).
+
 Which variant gets seeds 2 and 3 besides SFT: the report's ``selection`` (the highest held-out
 accuracy at the exported epoch at seed 1), chosen before any of its evaluation figures are looked at.
 """
@@ -22,6 +28,7 @@ accuracy at the exported epoch at seed 1), chosen before any of its evaluation f
 from __future__ import annotations
 
 import argparse
+import gzip
 import shutil
 import subprocess
 import sys
@@ -34,6 +41,39 @@ from configs.coherence_v2 import ROOT as RUNS, VARIANTS  # noqa: E402
 
 CONFIG = "configs/coherence_v2.py"
 RESULTS = "results/coherence-v2"
+
+
+ROLLOUTS = ROOT / RUNS / "rollouts.jsonl"
+ARCHIVE = ROOT / RESULTS / "rollouts.jsonl.gz"
+
+
+def restore_rollouts() -> None:
+    """Unpack the committed rollouts where the runs read them, unless a collection is already there."""
+    if ROLLOUTS.exists() or not ARCHIVE.is_file():
+        return
+    ROLLOUTS.parent.mkdir(parents=True, exist_ok=True)
+    tmp = ROLLOUTS.with_name(ROLLOUTS.name + ".tmp")
+    tmp.write_bytes(gzip.decompress(ARCHIVE.read_bytes()))
+    tmp.replace(ROLLOUTS)
+    print(f"[coherence-v2] rollouts from {ARCHIVE.relative_to(ROOT)} ({sum(1 for _ in ROLLOUTS.open())} questions)",
+          flush=True)
+
+
+def save_rollouts() -> None:
+    """Write the rollouts' complete lines (a collection stopped mid-line leaves a partial one) to the
+    committed archive when they differ from it; gzip without a timestamp, so equal rollouts give equal
+    bytes."""
+    if not ROLLOUTS.is_file():
+        return
+    data = ROLLOUTS.read_bytes()
+    data = data[:data.rfind(b"\n") + 1]
+    if ARCHIVE.is_file() and gzip.decompress(ARCHIVE.read_bytes()) == data:
+        return
+    ARCHIVE.parent.mkdir(parents=True, exist_ok=True)
+    ARCHIVE.write_bytes(gzip.compress(data, mtime=0))
+    lines = data.count(b"\n")
+    print(f"[coherence-v2] rollouts saved to {ARCHIVE.relative_to(ROOT)} ({lines} questions; "
+          "commit it)", flush=True)
 
 
 PLATINUM = ["data.eval=gsm8k_platinum", "eval.dir=eval_platinum", "sampler.max_new_tokens=256"]
@@ -72,7 +112,13 @@ def main() -> int:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[1])
     parser.add_argument("--platinum", action="store_true", help="also evaluate on all of GSM8K-Platinum")
+    parser.add_argument("--save-rollouts", action="store_true",
+                        help=f"only write the rollouts collected so far to {RESULTS}/rollouts.jsonl.gz")
     args = parser.parse_args()
+    if args.save_rollouts:
+        save_rollouts()
+        return 0
+    restore_rollouts()
     failed = []
     for name in args.variants:
         for seed in args.seeds:
@@ -85,6 +131,7 @@ def main() -> int:
             if ok and args.platinum and not (ROOT / workdir / "eval_platinum" / "summary.json").is_file():
                 seed_base_rows(ROOT / workdir, "eval_platinum")
                 ok = coherence("eval", workdir, [*overrides, *PLATINUM])
+            save_rollouts()
             if not ok:
                 failed.append(f"{name}-seed{seed}")
             if any((ROOT / RUNS).glob("*/eval/summary.json")):

@@ -85,16 +85,18 @@ def evaluate(
     fmt: AnswerFormat = SEED_FORMAT,
     progress: bool = True,
     weights: str,
+    decoder: str,
 ) -> list[dict[str, Any]]:
     """Answers of the sampler's current weights for ``items`` (greedy at ``temperature`` 0); returns
     the rows of ``out_path`` for ``items``. Rows already there are kept, not recomputed, when they were
     made with the same ``weights`` (what identifies the sampler's weights, e.g. an adapter's digest),
-    token budget, temperature and format: a DataError otherwise, never a silent mix."""
+    ``decoder`` (backend, precision and machine: ``sampling.factory.decoder``), token budget,
+    temperature and format: a DataError otherwise, never a silent mix."""
     from tqdm.auto import tqdm
 
     out_path = Path(out_path)
-    _check_setting(out_path, {"weights": weights, "max_tokens": max_tokens, "temperature": temperature,
-                              "format": dataclasses.asdict(fmt)})
+    _check_setting(out_path, {"weights": weights, "decoder": decoder, "max_tokens": max_tokens,
+                              "temperature": temperature, "format": dataclasses.asdict(fmt)})
     done = jsonl.finished_keys(out_path)
     todo = [it for it in items if it.id not in done]
     params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=0)

@@ -14,6 +14,8 @@
 ``adapter/``                ``train`` — the LoRA adapter in PEFT format
 ``eval/``                   ``eval`` — ``base.jsonl``, ``dpo.jsonl`` (resumable), ``comparison.jsonl``
                             (one record per question, both models side by side), ``summary.json``
+``stages/``                 every stage — ``<stage>.json``: its summary, seconds, commit, machine and
+                            decoder (``sampling.factory.decoder``)
 ==========================  ==========================================================================
 """
 
@@ -30,6 +32,7 @@ from jaxdebate.coherence import jsonl
 from jaxdebate.coherence.config import CoherenceConfig
 from jaxdebate.configlib import to_dict
 from jaxdebate.errors import DataError
+from jaxdebate.provenance import provenance
 
 STAGES = ("collect", "pairs", "train", "eval")
 
@@ -75,6 +78,14 @@ class Context:
             self._sampler = make_sampler(self.config.sampler, params, model_config, self.tokenizer,
                                          workdir=self.workdir)
         return self._sampler
+
+    @property
+    def decoder(self) -> str:
+        """The sampler's backend, precision and machine (``sampling.factory.decoder``): recorded with
+        every answer file and stage, so answers of two decoders are never paired or reused."""
+        from jaxdebate.sampling.factory import decoder
+
+        return decoder(self.config.sampler, self.config.model.dtype)
 
     @property
     def grader(self) -> Any:
@@ -150,6 +161,8 @@ def pairs(ctx: Context) -> dict[str, Any]:
     jsonl.write_records(ctx.workdir / "pairs.jsonl", built)
     jsonl.write_records(ctx.workdir / "heldout_questions.jsonl", heldout_questions(records, rules))
     summary = pairs_summary(records, built, rules, conciseness_weight=weight)
+    # which rollouts the pairs came from: variants compared with each other must share them
+    summary["rollouts_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
     _write_json(ctx.workdir / "pairs_summary.json", summary)
     by, split, gap = summary["pairs_by_type"], summary["split"], summary["coherence_gap"]
     _say(ctx, f"pairs: {summary['pairs']} from {summary['questions']} questions "
@@ -209,7 +222,8 @@ def _epoch_eval(ctx: Context, questions: list[dict[str, Any]], run: str):
         rows = ev.evaluate(items, ctx.sampler, ctx.tokenizer, ctx.grader, out / f"epoch_{epoch}.jsonl",
                            max_tokens=cfg.sampler.max_new_tokens, batch_size=cfg.eval.batch_size,
                            label=f"held-out epoch {epoch}", temperature=0.0, fmt=cfg.answer_format,
-                           progress=ctx.progress, weights=f"training run {run}, epoch {epoch}")
+                           progress=ctx.progress, weights=f"training run {run}, epoch {epoch}",
+                           decoder=ctx.decoder)
         figures = ev.accuracy_summary(rows)
         return {f"heldout/{k}": figures[k] for k in ("accuracy", "n", "format_rate", "strict_accuracy",
                                                       "lenient_accuracy")}
@@ -229,7 +243,8 @@ def evaluate(ctx: Context) -> dict[str, Any]:
     items = load_items(cfg.data.eval, limit=cfg.data.eval_limit)
     out = ctx.workdir / cfg.eval.dir
     kw = dict(max_tokens=cfg.sampler.max_new_tokens, batch_size=cfg.eval.batch_size,
-              temperature=cfg.sampler.eval_temperature, fmt=cfg.answer_format, progress=ctx.progress)
+              temperature=cfg.sampler.eval_temperature, fmt=cfg.answer_format, progress=ctx.progress,
+              decoder=ctx.decoder)
     started = time.perf_counter()
     sampler = ctx.sampler
     params, _ = ctx.model
@@ -256,7 +271,8 @@ RUNNERS = {"collect": collect, "pairs": pairs, "train": train, "eval": evaluate}
 def run(config: CoherenceConfig, stages: tuple[str, ...] = STAGES, *, workdir: str | Path | None = None,
         progress: bool = True) -> dict[str, Any]:
     """Run ``stages`` in order in one process (sharing the loaded model); return each stage's summary
-    and the seconds it took (also written to ``WORKDIR/stages/<stage>.json``)."""
+    and the seconds it took (also written to ``WORKDIR/stages/<stage>.json``, with the commit, the
+    machine and the decoder that ran it)."""
     unknown = [s for s in stages if s not in RUNNERS]
     if unknown:
         raise ValueError(f"unknown stage(s) {unknown}; stages are {list(STAGES)} (or 'all')")
@@ -276,7 +292,8 @@ def run(config: CoherenceConfig, stages: tuple[str, ...] = STAGES, *, workdir: s
             results[f"{stage}_seconds"] = time.perf_counter() - started
             name = stage if stage != "eval" else config.eval.dir
             _write_json(root / "stages" / f"{name}.json",
-                        {"stage": stage, "seconds": results[f"{stage}_seconds"], "summary": results[stage]})
+                        {"stage": stage, "seconds": results[f"{stage}_seconds"], "summary": results[stage],
+                         "provenance": {**provenance(), "decoder": ctx.decoder}})
     finally:
         ctx.close()
     return results

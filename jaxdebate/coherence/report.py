@@ -15,7 +15,11 @@ seed (``dpo.seed``). Written to ``--out``:
 * ``table.md`` — one row per variant, seed and evaluation set;
 * ``epoch_curves.png`` — held-out accuracy, format rate, pair loss and accuracy, and the chosen and
   rejected log-prob displacement per epoch, one line per variant (mean over its seeds);
-* ``runs/<variant>-seed<k>/`` — each run's config, pairs summary, training summary and epoch log.
+* ``runs/<variant>-seed<k>/`` — each run's config, pairs summary, training summary, epoch log and
+  ``provenance.json`` (per stage: commit, CPU flags, host, decoder).
+
+``warnings`` in ``summary.json`` names runs that should not be compared as they are: base answers that
+differ, pairs from different rollouts files, answers from different decoders.
 """
 
 from __future__ import annotations
@@ -119,8 +123,26 @@ def run_record(workdir: Path) -> dict[str, Any] | None:
     pairs = _read_json(workdir / "pairs_summary.json") or {}
     record["pairs"] = {k: pairs.get(k) for k in ("questions", "questions_mixed", "questions_mixed_by_source",
                                                  "pool", "pairs", "pairs_by_type", "split", "coherence_gap", "source",
-                                                 "kind")}
+                                                 "kind", "rollouts_sha256")}
+    record["provenance"] = {p.stem: stage["provenance"] for p in sorted((workdir / "stages").glob("*.json"))
+                            if "provenance" in (stage := json.loads(p.read_text()))}
     return record
+
+
+def _mixed(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Warnings for runs that should not be compared as they are: pairs from different rollouts, or
+    answers from different decoders (backend, precision, machine) among the evaluations."""
+    out = []
+    rollouts = {r["workdir"]: r["pairs"].get("rollouts_sha256") for r in records if r["pairs"].get("rollouts_sha256")}
+    if len(set(rollouts.values())) > 1:
+        out.append("the runs' pairs come from different rollouts files (pairs_summary rollouts_sha256): "
+                   + "; ".join(f"{w}: {h[:12]}" for w, h in sorted(rollouts.items())))
+    stages = [(r["workdir"], stage, p.get("decoder")) for r in records for stage, p in r.get("provenance", {}).items()
+              if stage != "pairs" and p.get("decoder")]
+    if len({d for _, _, d in stages}) > 1:
+        out.append("the runs' answers come from different decoders: "
+                   + "; ".join(f"{w} {stage}: {d}" for w, stage, d in sorted(stages)))
+    return out
 
 
 def _seed_level(values: Sequence[float], base: float | None) -> dict[str, Any]:
@@ -157,7 +179,7 @@ def build_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                             "give one a different variant (--set variant=...) or dpo.seed")
         seen[key] = rec["workdir"]
     base: dict[str, Any] = {}
-    warnings: list[str] = []
+    warnings: list[str] = _mixed(records)
     for rec in records:
         for name, figures in rec["base"].items():
             first = base.setdefault(name, {**figures, "items": rec["items"][name], "from": rec["workdir"]})
@@ -168,7 +190,7 @@ def build_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for rec in sorted(records, key=lambda r: (r["variant"], r["seed"])):
         v = variants.setdefault(rec["variant"], {"settings": rec["settings"], "seeds": {}, "mcnemar_p": {}})
         v["seeds"][str(rec["seed"])] = {"eval": rec["eval"], "train": rec["train"], "pairs": rec["pairs"],
-                                        "workdir": rec["workdir"]}
+                                        "workdir": rec["workdir"], "provenance": rec.get("provenance", {})}
         for name, figures in rec["eval"].items():
             v["mcnemar_p"].setdefault(name, {})[str(rec["seed"])] = figures["mcnemar_p"]
     for label, v in variants.items():
@@ -344,6 +366,8 @@ def export(paths: Iterable[str | Path], out_dir: str | Path) -> Path:
         for name in ("config.json", "pairs_summary.json", "train/summary.json", "train/epochs.jsonl"):
             if (src / name).is_file():
                 shutil.copyfile(src / name, dst / name.replace("/", "_"))
+        if rec.get("provenance"):
+            (dst / "provenance.json").write_text(json.dumps(rec["provenance"], indent=2) + "\n")
     return out
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from jaxdebate.errors import ConfigError
 from jaxdebate.sampling.base import Sampler
-from jaxdebate.sampling.hardware import bf16_flags, is_cpu_build
+from jaxdebate.sampling.hardware import bf16_flags, is_cpu_build, simd_flags
 
 if TYPE_CHECKING:  # the sampler section validates its backend name against BACKENDS below
     from jaxdebate.sampling.config import SamplerConfig
@@ -65,6 +65,22 @@ def describe(config: SamplerConfig, backend: str, reason: str) -> str:
         return f"sampler: jax ({reason}){dtype}"
     resolved, why = config.vllm.resolved()
     return f"sampler: vllm ({reason}); served in {resolved.dtype} ({why})"
+
+
+def decoder(config: SamplerConfig, model_dtype: str) -> str:
+    """What a greedy answer depends on besides the weights and the prompt: the backend that will decode,
+    its precision, the device and the CPU's AVX-512/AMX flags, e.g. ``jax float32 on cpu (AVX2 only)``.
+    Answers decoded under two different strings are not reused as each other's (the coherence
+    evaluation's setting records it); ``model_dtype`` is what ``sampler.jax.dtype='model'`` means."""
+    import jax
+
+    backend, _ = choose_backend(config, warn=False)
+    if backend == "vllm":
+        dtype, device = config.vllm.resolved()[0].dtype, ("server at " + config.vllm.url if config.vllm.url
+                                                          else "local server")
+    else:
+        dtype, device = model_dtype if config.jax.dtype == "model" else config.jax.dtype, jax.devices()[0].device_kind
+    return f"{backend} {dtype} on {device} ({simd_flags() or 'AVX2 only'})"
 
 
 @dataclasses.dataclass(frozen=True)

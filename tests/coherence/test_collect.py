@@ -111,19 +111,23 @@ def test_evaluation_rows_of_another_setting_are_refused_before_any_sampling(tmp_
 
     items = [Item(id="q1", problem="1 + 1", answer="2")]
     out = tmp_path / "eval" / "dpo.jsonl"
-    kw = dict(max_tokens=48, batch_size=4, label="dpo", progress=False)
+    kw = dict(max_tokens=48, batch_size=4, label="dpo", progress=False, decoder="jax float32 on cpu (AVX2 only)")
     # rows that say nothing of what made them (an older run) are not trusted
     jl.append_records(out, [{"id": "q1", "answer": "2", "correct": True}])
     with pytest.raises(DataError, match="no dpo.jsonl.setting.json"):
         ev.evaluate(items, None, None, None, out, weights="adapter aaa", **kw)
     out.unlink()
     # the first evaluation records its setting; a resumed one with other weights or budget is refused
-    ev._check_setting(out, {"weights": "adapter aaa", "max_tokens": 48, "temperature": 0.0,
-                            "format": dataclasses.asdict(ev.SEED_FORMAT)})
+    ev._check_setting(out, {"weights": "adapter aaa", "decoder": kw["decoder"], "max_tokens": 48,
+                            "temperature": 0.0, "format": dataclasses.asdict(ev.SEED_FORMAT)})
     jl.append_records(out, [{"id": "q1", "answer": "2", "correct": True}])
     with pytest.raises(DataError, match=r"dpo.jsonl holds answers of another setting \(weights differ"):
         ev.evaluate(items, None, None, None, out, weights="adapter bbb", **kw)
     with pytest.raises(DataError, match=r"max_tokens differ"):
         ev.evaluate(items, None, None, None, out, weights="adapter aaa", **{**kw, "max_tokens": 256})
+    # answers of the same weights from another backend, precision or machine are not this decoder's
+    with pytest.raises(DataError, match=r"decoder differ"):
+        ev.evaluate(items, None, None, None, out, weights="adapter aaa",
+                    **{**kw, "decoder": "vllm bfloat16 on local server (avx512_bf16)"})
     # the same setting keeps the rows without sampling (the sampler is never touched)
     assert [r["id"] for r in ev.evaluate(items, None, None, None, out, weights="adapter aaa", **kw)] == ["q1"]

@@ -9,12 +9,15 @@ its trajectories are a mix of correct and incorrect, short and long — both pai
 """
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from jaxdebate.coherence import jsonl
 from jaxdebate.coherence.__main__ import main
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CHAIN = {
     "Ċ": {"Answer": 0.6, "So": 0.4},
@@ -245,8 +248,13 @@ def test_v2_pairs_are_canonical_split_by_question_and_counted(v2_runs):
     assert all(p["quality_gap"] > gap["threshold"] for p in pairs if p["pair_type"] == "coherence")
     assert summary["split"]["heldout"]["questions"] == 2 and summary["split"]["train"]["questions"] == 4
     assert summary["split"]["train"]["pairs"] == sum(p["split"] == "train" for p in pairs)
-    # the same shared rollouts give every variant the same pairs
+    # the same shared rollouts give every variant the same pairs, and the summary names the file's digest
     assert jsonl.read_records(runs / "sft-seed1" / "pairs.jsonl") == pairs
+    import hashlib
+
+    digest = hashlib.sha256((root / "rollouts.jsonl").read_bytes()).hexdigest()
+    assert summary["rollouts_sha256"] == digest
+    assert json.loads((runs / "sft-seed1" / "pairs_summary.json").read_text())["rollouts_sha256"] == digest
 
 
 def test_v2_training_validates_every_epoch_and_reports_format(v2_runs):
@@ -331,9 +339,72 @@ def test_v2_report_per_variant_seed_and_evaluation_set(v2_runs):
     # every evaluation file records what made its answers; the tuned one names its adapter's digest
     setting = json.loads((runs / "dpo-seed1" / "eval" / "dpo.jsonl.setting.json").read_text())
     assert "+ adapter " in setting["weights"] and setting["max_tokens"] == trained["sampler"]["max_new_tokens"]
+    # ... and the decoder that made them; every stage records the commit, machine and decoder, which the
+    # results keep per run (one collection and one decoder here: summary["warnings"] is empty, above)
+    from jaxdebate.provenance import provenance
+
+    stage = json.loads((runs / "dpo-seed1" / "stages" / "eval.json").read_text())["provenance"]
+    assert setting["decoder"] == stage["decoder"] and stage["decoder"].startswith(("jax float32 on ", "vllm "))
+    assert {k: stage[k] for k in ("commit", "cpu_flags", "host")} == {k: provenance()[k] for k in ("commit", "cpu_flags", "host")}
+    kept = json.loads((out / "runs" / "dpo-seed1" / "provenance.json").read_text())
+    assert set(kept) == {"collect", "pairs", "train", "eval"} and kept["eval"] == stage
+    assert dpo["seeds"]["1"]["provenance"] == kept
     # the seed is a real choice: the two dpo seeds trained different adapters
     from jaxdebate.model import peft_export
 
     a1, _ = peft_export.load(runs / "dpo-seed1" / "adapter")
     a2, _ = peft_export.load(runs / "dpo-seed2" / "adapter")
     assert not np.allclose(a1["self_attn"]["q_proj"]["lora_A"], a2["self_attn"]["q_proj"]["lora_A"])
+
+
+def test_v2_report_warns_when_runs_mix_rollouts_or_decoders(v2_runs, tmp_path):
+    """Runs whose pairs come from another collection, or whose answers from another decoder (e.g. a
+    run made on another machine), are named in the summary's warnings instead of passing silently."""
+    import shutil
+
+    from jaxdebate.coherence import report
+
+    _, runs = v2_runs
+    copy = tmp_path / "runs"
+    shutil.copytree(runs, copy)
+    pairs_path = copy / "sft-seed1" / "pairs_summary.json"
+    pairs = json.loads(pairs_path.read_text())
+    pairs_path.write_text(json.dumps({**pairs, "rollouts_sha256": "0" * 64}))
+    stage_path = copy / "dpo-seed2" / "stages" / "eval.json"
+    stage = json.loads(stage_path.read_text())
+    stage["provenance"]["decoder"] = "vllm bfloat16 on local server (avx512_bf16)"
+    stage_path.write_text(json.dumps(stage))
+    assert report.main([str(copy), "--out", str(tmp_path / "results")]) == 0
+    warnings = json.loads((tmp_path / "results" / "summary.json").read_text())["warnings"]
+    assert any("different rollouts" in w and "sft-seed1: 000000000000" in w for w in warnings), warnings
+    assert any("different decoders" in w and "dpo-seed2 eval: vllm bfloat16" in w for w in warnings), warnings
+
+
+def test_v2_driver_keeps_the_rollouts_in_git_and_restores_them(tmp_path, monkeypatch):
+    """scripts/coherence_v2.py: the shared rollouts' complete lines go to the committed archive (the
+    same bytes for the same rollouts), and a checkout without them gets them back from it."""
+    import gzip
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("coherence_v2_driver", ROOT / "scripts" / "coherence_v2.py")
+    driver = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(driver)
+    rollouts, archive = tmp_path / "runs" / "rollouts.jsonl", tmp_path / "results" / "rollouts.jsonl.gz"
+    monkeypatch.setattr(driver, "ROOT", tmp_path)
+    monkeypatch.setattr(driver, "ROLLOUTS", rollouts)
+    monkeypatch.setattr(driver, "ARCHIVE", archive)
+    driver.save_rollouts()  # nothing collected yet: nothing written
+    assert not archive.exists()
+    rollouts.parent.mkdir(parents=True)
+    rollouts.write_text('{"id": "q1"}\n{"id": "q2"}\n{"id": "q')  # a collection stopped mid-line
+    driver.save_rollouts()
+    packed = archive.read_bytes()
+    assert gzip.decompress(packed) == b'{"id": "q1"}\n{"id": "q2"}\n'
+    driver.save_rollouts()
+    assert archive.read_bytes() == packed  # unchanged rollouts: the same bytes (no timestamp)
+    rollouts.unlink()
+    driver.restore_rollouts()
+    assert jsonl.read_records(rollouts) == [{"id": "q1"}, {"id": "q2"}]
+    rollouts.write_text('{"id": "q1"}\n')
+    driver.restore_rollouts()  # a collection already there is never overwritten
+    assert rollouts.read_text() == '{"id": "q1"}\n'

@@ -1,0 +1,28 @@
+"""What a recorded result says about the code and the machine that made it: the git commit (and
+whether tracked files differed from it), the CPU's AVX-512/AMX flags and the host. Every sweep run
+(``run.json``) and every coherence stage (``stages/<stage>.json``) records it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from jaxdebate.sampling.hardware import simd_flags
+
+_REPO = Path(__file__).resolve().parent.parent  # the checkout whose commit is recorded
+
+
+def provenance() -> dict[str, Any]:
+    """``commit``, ``dirty``, ``cpu_flags`` (``simd_flags``, or a phrase on an AVX2-only CPU) and ``host``."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=_REPO, capture_output=True, text=True,
+                                  timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {"commit": git("rev-parse", "HEAD") or None,
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+            "cpu_flags": simd_flags() or "(AVX2 only: no AVX-512/AMX)", "host": os.uname().nodename}
