@@ -9,9 +9,10 @@ validated on the held-out pairs and with greedy accuracy on the held-out questio
 after one epoch without a better held-out accuracy and exports the best epoch. Evaluation: 300
 problems of the same generator (a disjoint slice).
 
-Every stage samples with the in-process JAX sampler in the model's fp32 (pinned, not ``auto``), so
-runs made on different CPU kinds decode alike; the rollouts are collected once and committed
-(``scripts/coherence_v2.py``).
+Every stage samples with the in-process JAX sampler in the model's fp32 (pinned, not ``auto``, which
+picks vLLM in bf16 on some CPUs and JAX in fp32 on others): the same backend and precision on every
+machine. Answers record their decoder with the CPU kind, and an evaluation made on another kind is
+recomputed, never reused. The rollouts are collected once and committed (``scripts/coherence_v2.py``).
 
 Variants share the rollouts and differ only in :data:`VARIANTS`' overrides (one ``--set`` each);
 the seed is ``dpo.seed`` (adapter initialisation and pair order)::
@@ -27,6 +28,7 @@ from jaxdebate.configlib import apply_overrides
 
 ARITHMETIC = "arithmetic:level=2..3,n=800,seed=21"
 ROOT = "runs/coherence_v2"
+ROLLOUTS = f"{ROOT}/rollouts.jsonl"  # shared by every variant; scripts/coherence_v2.py keeps it in git
 
 # name -> the overrides that make the variant (on top of get_config()); same questions, same pairs
 # where the kind allows, same seeds.
@@ -52,12 +54,12 @@ def get_config():
         "data.n_questions=500",
         f"data.eval={ARITHMETIC},slice=500:800",
         "sampler.max_new_tokens=48",
-        # one decoder on every machine: the study spans sessions and CPU kinds, and `auto` would pick
-        # vLLM in bf16 on AVX-512 bf16 CPUs and the JAX sampler in fp32 elsewhere (different answers)
+        # one backend and precision on every machine: the study spans sessions and CPU kinds, and
+        # `auto` picks vLLM in bf16 on AVX-512 bf16 CPUs and the JAX sampler in fp32 elsewhere
         "sampler.backend=jax",
         "collect.questions_per_batch=8",
         "collect.canonical_twins=true",
-        f"collect.rollouts={ROOT}/rollouts.jsonl",
+        f"collect.rollouts={ROLLOUTS}",
         "pairs.source=canonical",
         "pairs.gap_noise_z=2.0",
         "pairs.heldout_fraction=0.2",

@@ -9,13 +9,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from jaxdebate.sampling.hardware import simd_flags
+from jaxdebate.sampling.hardware import cpu_kind
 
 _REPO = Path(__file__).resolve().parent.parent  # the checkout whose commit is recorded
 
 
 def provenance() -> dict[str, Any]:
-    """``commit``, ``dirty``, ``cpu_flags`` (``simd_flags``, or a phrase on an AVX2-only CPU) and ``host``."""
+    """``commit``, ``dirty``, ``cpu_flags`` (``sampling.hardware.cpu_kind``) and ``host``."""
     def git(*args: str) -> str:
         try:
             return subprocess.run(["git", *args], cwd=_REPO, capture_output=True, text=True,
@@ -25,4 +25,4 @@ def provenance() -> dict[str, Any]:
 
     return {"commit": git("rev-parse", "HEAD") or None,
             "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-            "cpu_flags": simd_flags() or "(AVX2 only: no AVX-512/AMX)", "host": os.uname().nodename}
+            "cpu_flags": cpu_kind(), "host": os.uname().nodename}

@@ -10,16 +10,24 @@ configs/coherence_v2.py`` with the variant's overrides (``configs/coherence_v2.V
 evaluation is written is skipped; ``--platinum`` then evaluates it on all 1,209 GSM8K-Platinum items
 (``eval_platinum/``, 256 new tokens as in the first coherence study: its word problems need more than
 the 48 of arithmetic) unless that is written too. The base model's answers are the same in every run
-(the same items, weights, budget and format, which ``<eval dir>/base.jsonl.setting.json`` records), so
-a new run starts from a finished run's ``base.jsonl`` instead of decoding them again. A run that fails
+(the same items, weights, decoder, budget and format, which ``<eval dir>/base.jsonl.setting.json``
+records), so a new run starts from a finished run's ``base.jsonl`` made by this machine's decoder
+instead of decoding them again. A run that fails
 is reported and the next one runs. After every run: ``python -m jaxdebate.coherence.report
 runs/coherence_v2 --out results/coherence-v2``.
 
 The shared rollouts (``runs/coherence_v2/rollouts.jsonl``, collected once, ~8 MB) are kept in git as
 ``results/coherence-v2/rollouts.jsonl.gz``: written after every run (and by ``--save-rollouts`` alone,
-e.g. after stopping a collection part-way: it is resumable), and unpacked from there when
-``runs/coherence_v2`` lacks them, so a run on another machine or in another session trains on the same
-pairs (``pairs_summary.json`` records the file's digest; the report warns when runs differ in it).
+e.g. after stopping a collection part-way: it resumes) and unpacked from there when the local file is
+missing or a shorter prefix of it. A local file that is neither a prefix nor an extension of the
+archive (another collection) stops the driver before anything runs: the archive is never replaced by
+another collection. Finished runs are kept in git too (``results/coherence-v2/runs/``, each in its own
+layout less its weights; :func:`jaxdebate.coherence.report.keep_run`), and a new machine's
+``runs/coherence_v2/`` is seeded from them, so a run finished in an earlier session is skipped and
+reported, not re-run. Its adapter is not kept: a GSM8K-Platinum evaluation of such a run needs the run
+re-made (delete its directory under ``runs/``; same config and seed). Only this driver restores and
+seeds: a bare ``python -m jaxdebate.coherence all --config configs/coherence_v2.py`` in a fresh checkout
+would collect anew.
 
 Which variant gets seeds 2 and 3 besides SFT: the report's ``selection`` (the highest held-out
 accuracy at the exported epoch at seed 1), chosen before any of its evaluation figures are looked at.
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import shutil
 import subprocess
 import sys
@@ -37,43 +46,70 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from configs.coherence_v2 import ROOT as RUNS, VARIANTS  # noqa: E402
+from configs.coherence_v2 import ROLLOUTS as ROLLOUTS_FILE, ROOT as RUNS, VARIANTS  # noqa: E402
+from jaxdebate.errors import DataError  # noqa: E402
 
 CONFIG = "configs/coherence_v2.py"
 RESULTS = "results/coherence-v2"
 
 
-ROLLOUTS = ROOT / RUNS / "rollouts.jsonl"
+ROLLOUTS = ROOT / ROLLOUTS_FILE
 ARCHIVE = ROOT / RESULTS / "rollouts.jsonl.gz"
 
 
+def _complete_lines(data: bytes) -> bytes:
+    """``data`` up to its last newline: a collection stopped mid-append leaves a partial last line."""
+    return data[:data.rfind(b"\n") + 1]
+
+
 def restore_rollouts() -> None:
-    """Unpack the committed rollouts where the runs read them, unless a collection is already there."""
-    if ROLLOUTS.exists() or not ARCHIVE.is_file():
+    """Unpack the committed rollouts where the runs read them when the local file is missing or a
+    shorter prefix of them; a local file that extends them is kept (a collection under way); any other
+    local file is another collection: DataError, before anything runs."""
+    if not ARCHIVE.is_file():
         return
+    kept = gzip.decompress(ARCHIVE.read_bytes())
+    local = _complete_lines(ROLLOUTS.read_bytes()) if ROLLOUTS.is_file() else b""
+    if local.startswith(kept):
+        return
+    if not kept.startswith(local):
+        raise DataError(f"{ROLLOUTS} is another collection than {ARCHIVE} (neither is a prefix of the other): "
+                        "move it away to use the committed rollouts")
     ROLLOUTS.parent.mkdir(parents=True, exist_ok=True)
     tmp = ROLLOUTS.with_name(ROLLOUTS.name + ".tmp")
-    tmp.write_bytes(gzip.decompress(ARCHIVE.read_bytes()))
+    tmp.write_bytes(kept)
     tmp.replace(ROLLOUTS)
-    print(f"[coherence-v2] rollouts from {ARCHIVE.relative_to(ROOT)} ({sum(1 for _ in ROLLOUTS.open())} questions)",
-          flush=True)
+    questions = kept.count(b"\n")
+    print(f"[coherence-v2] rollouts from {ARCHIVE.relative_to(ROOT)} ({questions} questions)", flush=True)
 
 
 def save_rollouts() -> None:
-    """Write the rollouts' complete lines (a collection stopped mid-line leaves a partial one) to the
-    committed archive when they differ from it; gzip without a timestamp, so equal rollouts give equal
-    bytes."""
+    """Write the rollouts' complete lines to the committed archive when they extend it (gzip without a
+    timestamp: equal rollouts, equal bytes); never replace it with another collection."""
     if not ROLLOUTS.is_file():
         return
-    data = ROLLOUTS.read_bytes()
-    data = data[:data.rfind(b"\n") + 1]
-    if ARCHIVE.is_file() and gzip.decompress(ARCHIVE.read_bytes()) == data:
+    data = _complete_lines(ROLLOUTS.read_bytes())
+    kept = gzip.decompress(ARCHIVE.read_bytes()) if ARCHIVE.is_file() else b""
+    if data == kept:
         return
+    if not data.startswith(kept):
+        raise DataError(f"{ROLLOUTS} does not extend {ARCHIVE} (another collection): not saved")
     ARCHIVE.parent.mkdir(parents=True, exist_ok=True)
     ARCHIVE.write_bytes(gzip.compress(data, mtime=0))
-    lines = data.count(b"\n")
-    print(f"[coherence-v2] rollouts saved to {ARCHIVE.relative_to(ROOT)} ({lines} questions; "
+    questions = data.count(b"\n")
+    print(f"[coherence-v2] rollouts saved to {ARCHIVE.relative_to(ROOT)} ({questions} questions; "
           "commit it)", flush=True)
+
+
+def seed_runs() -> None:
+    """Copy the committed finished runs (``results/coherence-v2/runs/``) that ``runs/coherence_v2`` lacks,
+    so they are skipped and reported like runs made here."""
+    for kept in sorted((ROOT / RESULTS / "runs").glob("*/eval/summary.json")):
+        run = kept.parent.parent
+        target = ROOT / RUNS / run.name
+        if not (target / "eval" / "summary.json").exists():
+            shutil.copytree(run, target, dirs_exist_ok=True)
+            print(f"[coherence-v2] {run.name}: finished in an earlier session, from {RESULTS}/runs", flush=True)
 
 
 PLATINUM = ["data.eval=gsm8k_platinum", "eval.dir=eval_platinum", "sampler.max_new_tokens=256"]
@@ -89,16 +125,26 @@ def coherence(stage: str, workdir: str, overrides: list[str]) -> bool:
     return code == 0
 
 
-def seed_base_rows(workdir: Path, eval_dir: str) -> None:
-    """Copy another run's finished base answers (and the setting they were made with) into ``workdir``;
-    the evaluation refuses them if its setting differs, so a wrong copy cannot pass unnoticed."""
+def this_decoder() -> str:
+    """The decoder the runs here will evaluate with (``sampling.factory.decoder`` of the config)."""
+    from jaxdebate.configlib import load_config
+    from jaxdebate.sampling.factory import decoder
+
+    config = load_config(ROOT / CONFIG)
+    return decoder(config.sampler, config.model.dtype)
+
+
+def seed_base_rows(workdir: Path, eval_dir: str, decoder: str) -> None:
+    """Copy another run's finished base answers (and the setting they were made with) into ``workdir``
+    when ``decoder`` made them (a run from another CPU kind's session decodes them again); the
+    evaluation refuses them if any other part of its setting differs, so a wrong copy cannot pass."""
     target = workdir / eval_dir / "base.jsonl"
     if target.exists():
         return
     for other in sorted((ROOT / RUNS).glob(f"*/{eval_dir}/summary.json")):
         src = other.parent / "base.jsonl"
         side = src.with_name("base.jsonl.setting.json")
-        if src.is_file() and side.is_file():
+        if src.is_file() and side.is_file() and json.loads(side.read_text()).get("decoder") == decoder:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(side, target.with_name(side.name))
             shutil.copyfile(src, target)
@@ -119,6 +165,8 @@ def main() -> int:
         save_rollouts()
         return 0
     restore_rollouts()
+    seed_runs()
+    decoder = this_decoder()
     failed = []
     for name in args.variants:
         for seed in args.seeds:
@@ -126,10 +174,10 @@ def main() -> int:
             overrides = [f"variant={name}", f"dpo.seed={seed}", *VARIANTS[name]]
             ok = True
             if not (ROOT / workdir / "eval" / "summary.json").is_file():
-                seed_base_rows(ROOT / workdir, "eval")
+                seed_base_rows(ROOT / workdir, "eval", decoder)
                 ok = coherence("all", workdir, overrides)
             if ok and args.platinum and not (ROOT / workdir / "eval_platinum" / "summary.json").is_file():
-                seed_base_rows(ROOT / workdir, "eval_platinum")
+                seed_base_rows(ROOT / workdir, "eval_platinum", decoder)
                 ok = coherence("eval", workdir, [*overrides, *PLATINUM])
             save_rollouts()
             if not ok:

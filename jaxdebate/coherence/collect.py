@@ -146,8 +146,11 @@ def collect(
     max_tokens: int = 384,
     fmt: AnswerFormat = SEED_FORMAT,
     progress: bool = True,
+    decoder: str | None = None,
 ) -> dict[str, Any]:
-    """Sample, grade, score and append records for the items not yet in ``out_path``; return stats."""
+    """Sample, grade, score and append records for the items not yet in ``out_path``; return stats.
+    ``decoder`` (``sampling.factory.decoder``) goes into every new record: a collection resumed on
+    another machine says which questions each decoder sampled."""
     from tqdm.auto import tqdm
 
     out_path = Path(out_path)
@@ -174,7 +177,7 @@ def collect(
             records = build_records(batch, arms, completions, grader.equivalent_many, score_cfg, fmt, twins)
             stats["seconds_grading"] += time.perf_counter() - t1
             stats["seconds_sampling"] += t1 - t0
-            new = [r for r in records if r["id"] not in done]
+            new = [{**r, "decoder": decoder} if decoder else r for r in records if r["id"] not in done]
             jsonl.append_records(out_path, new)
             stats["collected"] += len(new)
             stats["completions"] += len(completions)

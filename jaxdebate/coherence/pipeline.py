@@ -14,8 +14,8 @@
 ``adapter/``                ``train`` — the LoRA adapter in PEFT format
 ``eval/``                   ``eval`` — ``base.jsonl``, ``dpo.jsonl`` (resumable), ``comparison.jsonl``
                             (one record per question, both models side by side), ``summary.json``
-``stages/``                 every stage — ``<stage>.json``: its summary, seconds, commit, machine and
-                            decoder (``sampling.factory.decoder``)
+``stages/``                 every stage — ``<stage>.json``: its summary, seconds, commit and machine
+                            (the decoder is recorded with the answers: rollouts records, ``*.setting.json``)
 ==========================  ==========================================================================
 """
 
@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,8 @@ class Context:
     @property
     def decoder(self) -> str:
         """The sampler's backend, precision and machine (``sampling.factory.decoder``): recorded with
-        every answer file and stage, so answers of two decoders are never paired or reused."""
+        the answers it makes (rollouts records, evaluation settings), so answers of two decoders are
+        never reused as each other's and a mix is reported."""
         from jaxdebate.sampling.factory import decoder
 
         return decoder(self.config.sampler, self.config.model.dtype)
@@ -139,7 +141,7 @@ def collect(ctx: Context) -> dict[str, Any]:
     stats = run(
         items, ctx.sampler, ctx.tokenizer, ctx.grader, rollouts_path(ctx), cfg.collect, cfg.scores,
         top_p=cfg.sampler.top_p, max_tokens=cfg.sampler.max_new_tokens, fmt=cfg.answer_format,
-        progress=ctx.progress,
+        progress=ctx.progress, decoder=ctx.decoder,
     )
     stats["seconds"] = time.perf_counter() - started
     _say(ctx, f"collect: {stats['collected']} new questions ({stats['skipped']} already done), "
@@ -161,8 +163,10 @@ def pairs(ctx: Context) -> dict[str, Any]:
     jsonl.write_records(ctx.workdir / "pairs.jsonl", built)
     jsonl.write_records(ctx.workdir / "heldout_questions.jsonl", heldout_questions(records, rules))
     summary = pairs_summary(records, built, rules, conciseness_weight=weight)
-    # which rollouts the pairs came from: variants compared with each other must share them
+    # which rollouts the pairs came from (variants compared with each other must share them), and which
+    # decoders sampled them (questions per decoder; "unrecorded" for records older than the field)
     summary["rollouts_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    summary["rollouts_decoders"] = dict(Counter(r.get("decoder") or "unrecorded" for r in records))
     _write_json(ctx.workdir / "pairs_summary.json", summary)
     by, split, gap = summary["pairs_by_type"], summary["split"], summary["coherence_gap"]
     _say(ctx, f"pairs: {summary['pairs']} from {summary['questions']} questions "
@@ -271,8 +275,8 @@ RUNNERS = {"collect": collect, "pairs": pairs, "train": train, "eval": evaluate}
 def run(config: CoherenceConfig, stages: tuple[str, ...] = STAGES, *, workdir: str | Path | None = None,
         progress: bool = True) -> dict[str, Any]:
     """Run ``stages`` in order in one process (sharing the loaded model); return each stage's summary
-    and the seconds it took (also written to ``WORKDIR/stages/<stage>.json``, with the commit, the
-    machine and the decoder that ran it)."""
+    and the seconds it took (also written to ``WORKDIR/stages/<stage>.json``, with the commit and the
+    machine that ran it)."""
     unknown = [s for s in stages if s not in RUNNERS]
     if unknown:
         raise ValueError(f"unknown stage(s) {unknown}; stages are {list(STAGES)} (or 'all')")
@@ -293,7 +297,7 @@ def run(config: CoherenceConfig, stages: tuple[str, ...] = STAGES, *, workdir: s
             name = stage if stage != "eval" else config.eval.dir
             _write_json(root / "stages" / f"{name}.json",
                         {"stage": stage, "seconds": results[f"{stage}_seconds"], "summary": results[stage],
-                         "provenance": {**provenance(), "decoder": ctx.decoder}})
+                         "provenance": provenance()})
     finally:
         ctx.close()
     return results

@@ -15,11 +15,12 @@ seed (``dpo.seed``). Written to ``--out``:
 * ``table.md`` — one row per variant, seed and evaluation set;
 * ``epoch_curves.png`` — held-out accuracy, format rate, pair loss and accuracy, and the chosen and
   rejected log-prob displacement per epoch, one line per variant (mean over its seeds);
-* ``runs/<variant>-seed<k>/`` — each run's config, pairs summary, training summary, epoch log and
-  ``provenance.json`` (per stage: commit, CPU flags, host, decoder).
+* ``runs/<variant>-seed<k>/`` — each run in its own layout, less its weights (:func:`keep_run`): a
+  run the report reads again, e.g. on another machine.
 
 ``warnings`` in ``summary.json`` names runs that should not be compared as they are: base answers that
-differ, pairs from different rollouts files, answers from different decoders.
+differ, pairs from different rollouts files (or runs that do not say which), rollouts or evaluation
+answers from different decoders (``sampling.factory.decoder``: backend, precision, device, CPU kind).
 """
 
 from __future__ import annotations
@@ -123,25 +124,35 @@ def run_record(workdir: Path) -> dict[str, Any] | None:
     pairs = _read_json(workdir / "pairs_summary.json") or {}
     record["pairs"] = {k: pairs.get(k) for k in ("questions", "questions_mixed", "questions_mixed_by_source",
                                                  "pool", "pairs", "pairs_by_type", "split", "coherence_gap", "source",
-                                                 "kind", "rollouts_sha256")}
+                                                 "kind", "rollouts_sha256", "rollouts_decoders")}
     record["provenance"] = {p.stem: stage["provenance"] for p in sorted((workdir / "stages").glob("*.json"))
                             if "provenance" in (stage := json.loads(p.read_text()))}
+    record["decoders"] = {f"{ev.name}/{p.name.removesuffix('.setting.json')}": json.loads(p.read_text()).get("decoder")
+                          for ev in evals for p in sorted(ev.glob("*.setting.json"))}
     return record
 
 
 def _mixed(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Warnings for runs that should not be compared as they are: pairs from different rollouts, or
-    answers from different decoders (backend, precision, machine) among the evaluations."""
+    """Warnings for runs that should not be compared as they are: pairs from different rollouts (or
+    runs that do not record theirs), rollouts sampled by several decoders, evaluation answers from
+    different decoders."""
     out = []
-    rollouts = {r["workdir"]: r["pairs"].get("rollouts_sha256") for r in records if r["pairs"].get("rollouts_sha256")}
-    if len(set(rollouts.values())) > 1:
+    rollouts = {r["workdir"]: r["pairs"].get("rollouts_sha256") for r in records}
+    known = {w: h for w, h in rollouts.items() if h}
+    if len(set(known.values())) > 1:
         out.append("the runs' pairs come from different rollouts files (pairs_summary rollouts_sha256): "
-                   + "; ".join(f"{w}: {h[:12]}" for w, h in sorted(rollouts.items())))
-    stages = [(r["workdir"], stage, p.get("decoder")) for r in records for stage, p in r.get("provenance", {}).items()
-              if stage != "pairs" and p.get("decoder")]
-    if len({d for _, _, d in stages}) > 1:
-        out.append("the runs' answers come from different decoders: "
-                   + "; ".join(f"{w} {stage}: {d}" for w, stage, d in sorted(stages)))
+                   + "; ".join(f"{w}: {h[:12]}" for w, h in sorted(known.items())))
+    if known and len(known) < len(rollouts):
+        out.append("some runs do not record which rollouts their pairs come from (no rollouts_sha256): "
+                   + ", ".join(sorted(w for w, h in rollouts.items() if not h)))
+    sampled = {d for r in records for d in (r["pairs"].get("rollouts_decoders") or {})}
+    if len(sampled) > 1:
+        out.append(f"the rollouts were sampled by {len(sampled)} decoders (pairs_summary rollouts_decoders): "
+                   + "; ".join(sorted(sampled)))
+    answers = [(r["workdir"], f, d) for r in records for f, d in r.get("decoders", {}).items()]
+    if len({d for _, _, d in answers}) > 1:
+        out.append("the evaluations' answers come from different decoders (<eval dir>/*.setting.json): "
+                   + "; ".join(f"{w} {f}: {d}" for w, f, d in sorted(answers, key=lambda a: (a[0], a[1], str(a[2])))))
     return out
 
 
@@ -190,7 +201,8 @@ def build_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for rec in sorted(records, key=lambda r: (r["variant"], r["seed"])):
         v = variants.setdefault(rec["variant"], {"settings": rec["settings"], "seeds": {}, "mcnemar_p": {}})
         v["seeds"][str(rec["seed"])] = {"eval": rec["eval"], "train": rec["train"], "pairs": rec["pairs"],
-                                        "workdir": rec["workdir"], "provenance": rec.get("provenance", {})}
+                                        "workdir": rec["workdir"], "provenance": rec.get("provenance", {}),
+                                        "decoders": rec.get("decoders", {})}
         for name, figures in rec["eval"].items():
             v["mcnemar_p"].setdefault(name, {})[str(rec["seed"])] = figures["mcnemar_p"]
     for label, v in variants.items():
@@ -362,13 +374,27 @@ def export(paths: Iterable[str | Path], out_dir: str | Path) -> Path:
     (out / "table.md").write_text(format_table(summary) + "\n")
     for rec in records:
         src, dst = Path(rec["workdir"]), out / "runs" / f"{rec['variant']}-seed{rec['seed']}"
-        dst.mkdir(parents=True, exist_ok=True)
-        for name in ("config.json", "pairs_summary.json", "train/summary.json", "train/epochs.jsonl"):
-            if (src / name).is_file():
-                shutil.copyfile(src / name, dst / name.replace("/", "_"))
-        if rec.get("provenance"):
-            (dst / "provenance.json").write_text(json.dumps(rec["provenance"], indent=2) + "\n")
+        if src.resolve() != dst.resolve():
+            keep_run(src, dst)
     return out
+
+
+def keep_run(src: Path, dst: Path) -> None:
+    """Copy what :func:`run_record` reads of a finished run, in the run's own layout, so the copy is a
+    run the report (and ``scripts/coherence_v2.py``, which seeds a new machine's ``runs/`` from it)
+    reads like the original: config, pairs summary, stage records (commit, machine), training summary
+    and epoch log, and per evaluation set its summary, the side-by-side answers (the transcripts) and
+    what made them (``*.setting.json``). Not the adapter, checkpoints or pairs (megabytes; a run is
+    re-made from its config, seed and the committed rollouts)."""
+    names = ["config.json", "pairs_summary.json", "train/summary.json", "train/epochs.jsonl",
+             *(p.relative_to(src).as_posix() for p in sorted(src.glob("stages/*.json")))]
+    for ev in eval_dirs(src):
+        names += [f"{ev.name}/{p.name}" for p in sorted(ev.iterdir())
+                  if p.name in ("summary.json", "comparison.jsonl", "config.json") or p.name.endswith(".setting.json")]
+    for name in names:
+        if (src / name).is_file():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src / name, dst / name)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from jaxdebate.errors import ConfigError
 from jaxdebate.sampling.base import Sampler
-from jaxdebate.sampling.hardware import bf16_flags, is_cpu_build, simd_flags
+from jaxdebate.sampling.hardware import bf16_flags, cpu_kind, is_cpu_build
 
 if TYPE_CHECKING:  # the sampler section validates its backend name against BACKENDS below
     from jaxdebate.sampling.config import SamplerConfig
@@ -69,18 +69,20 @@ def describe(config: SamplerConfig, backend: str, reason: str) -> str:
 
 def decoder(config: SamplerConfig, model_dtype: str) -> str:
     """What a greedy answer depends on besides the weights and the prompt: the backend that will decode,
-    its precision, the device and the CPU's AVX-512/AMX flags, e.g. ``jax float32 on cpu (AVX2 only)``.
+    its precision, the device and the CPU kind, e.g. ``jax float32 on cpu, CPU (AVX2 only: no AVX-512/AMX)``
+    (with a server URL the CPU is this client's: the server's machine is not known here).
     Answers decoded under two different strings are not reused as each other's (the coherence
     evaluation's setting records it); ``model_dtype`` is what ``sampler.jax.dtype='model'`` means."""
     import jax
 
     backend, _ = choose_backend(config, warn=False)
-    if backend == "vllm":
-        dtype, device = config.vllm.resolved()[0].dtype, ("server at " + config.vllm.url if config.vllm.url
-                                                          else "local server")
-    else:
-        dtype, device = model_dtype if config.jax.dtype == "model" else config.jax.dtype, jax.devices()[0].device_kind
-    return f"{backend} {dtype} on {device} ({simd_flags() or 'AVX2 only'})"
+    if backend != "vllm":
+        dtype = model_dtype if config.jax.dtype == "model" else config.jax.dtype
+        return f"jax {dtype} on {jax.devices()[0].device_kind}, CPU {cpu_kind()}"
+    vllm = config.vllm
+    device = (f"the server at {vllm.url}" if vllm.url
+              else f"a local {'CPU' if is_cpu_build(vllm.python_path()) else 'GPU'} server")
+    return f"vllm {vllm.resolved()[0].dtype} on {device}, CPU {cpu_kind()}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,6 +35,12 @@ def simd_flags(flags: Iterable[str] | None = None) -> str:
     return " ".join(sorted(f for f in have if f.startswith(("avx512", "amx"))))
 
 
+def cpu_kind(flags: Iterable[str] | None = None) -> str:
+    """:func:`simd_flags`, or ``(AVX2 only: no AVX-512/AMX)`` where there are none: how a recorded run
+    or decoder names the CPU it ran on."""
+    return simd_flags(flags) or "(AVX2 only: no AVX-512/AMX)"
+
+
 def bf16_flags(flags: Iterable[str] | None = None) -> list[str]:
     """The fast-bf16 flags present (``flags`` defaults to this machine's)."""
     have = cpu_flags() if flags is None else frozenset(flags)

@@ -100,7 +100,8 @@ def test_v2_config_and_its_variants_differ_only_where_they_say():
     assert base.collect.canonical_twins and base.pairs.source == "canonical" and base.dpo.early_stopping
     assert base.data.n_questions == 500 and base.pairs.heldout_fraction == 0.2  # 400 training questions
     assert base.pairs.gap_noise_z == 2.0 and base.collect.rollouts.endswith("rollouts.jsonl")
-    assert base.sampler.backend == "jax" and base.sampler.jax.dtype == "model"  # one decoder on every CPU kind
+    # the same backend and precision on every CPU kind
+    assert base.sampler.backend == "jax" and base.sampler.jax.dtype == "model" and base.model.dtype == "float32"
     assert {"dpo", "sft", "rpo", "dpo-correctness", "dpo-coherence", "dpo-beta0.3", "dpo-1epoch", "dpo-3epochs"} <= set(VARIANTS)
     for name, overrides in VARIANTS.items():
         cfg = load_config(ROOT / "configs" / "coherence_v2.py", [f"variant={name}", *overrides])

@@ -320,7 +320,7 @@ def test_v2_report_per_variant_seed_and_evaluation_set(v2_runs):
     table = (out / "table.md").read_text()
     assert "| dpo | 1 | eval |" in table and "| sft | 1 | eval |" in table and "| dpo | mean of 2 | eval |" in table
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["dpo-seed1", "dpo-seed2", "sft-seed1"]
-    assert (out / "runs" / "dpo-seed1" / "train_epochs.jsonl").is_file()
+    assert (out / "runs" / "dpo-seed1" / "train" / "epochs.jsonl").is_file()
     # the variant that gets more seeds is picked on the held-out questions (its exported epoch), at seed 1
     epochs = jsonl.read_records(runs / "dpo-seed1" / "train" / "epochs.jsonl")
     exported = dpo["seeds"]["1"]["train"]["exported_epoch"]
@@ -339,16 +339,19 @@ def test_v2_report_per_variant_seed_and_evaluation_set(v2_runs):
     # every evaluation file records what made its answers; the tuned one names its adapter's digest
     setting = json.loads((runs / "dpo-seed1" / "eval" / "dpo.jsonl.setting.json").read_text())
     assert "+ adapter " in setting["weights"] and setting["max_tokens"] == trained["sampler"]["max_new_tokens"]
-    # ... and the decoder that made them; every stage records the commit, machine and decoder, which the
-    # results keep per run (one collection and one decoder here: summary["warnings"] is empty, above)
+    # ... and the decoder that made them, as the rollouts records do; every stage records its commit and
+    # machine (one collection and one decoder here: summary["warnings"] is empty, above)
     from jaxdebate.provenance import provenance
 
+    records = jsonl.read_records(root / "rollouts.jsonl")
+    assert setting["decoder"] == records[0]["decoder"] and setting["decoder"].startswith(("jax float32 on ", "vllm "))
+    assert json.loads((runs / "dpo-seed1" / "pairs_summary.json").read_text())["rollouts_decoders"] == {
+        setting["decoder"]: len(records)}
+    assert dpo["seeds"]["1"]["decoders"] == {"eval/base.jsonl": setting["decoder"], "eval/dpo.jsonl": setting["decoder"]}
     stage = json.loads((runs / "dpo-seed1" / "stages" / "eval.json").read_text())["provenance"]
-    assert setting["decoder"] == stage["decoder"] and stage["decoder"].startswith(("jax float32 on ", "vllm "))
     assert {k: stage[k] for k in ("commit", "cpu_flags", "host")} == {k: provenance()[k] for k in ("commit", "cpu_flags", "host")}
-    kept = json.loads((out / "runs" / "dpo-seed1" / "provenance.json").read_text())
-    assert set(kept) == {"collect", "pairs", "train", "eval"} and kept["eval"] == stage
-    assert dpo["seeds"]["1"]["provenance"] == kept
+    assert set(dpo["seeds"]["1"]["provenance"]) == {"collect", "pairs", "train", "eval"}
+    assert dpo["seeds"]["1"]["provenance"]["eval"] == stage
     # the seed is a real choice: the two dpo seeds trained different adapters
     from jaxdebate.model import peft_export
 
@@ -358,8 +361,9 @@ def test_v2_report_per_variant_seed_and_evaluation_set(v2_runs):
 
 
 def test_v2_report_warns_when_runs_mix_rollouts_or_decoders(v2_runs, tmp_path):
-    """Runs whose pairs come from another collection, or whose answers from another decoder (e.g. a
-    run made on another machine), are named in the summary's warnings instead of passing silently."""
+    """Runs whose pairs come from another collection (or do not say which), rollouts sampled by two
+    decoders, or evaluation answers from another decoder (e.g. a run made on another machine) are
+    named in the summary's warnings instead of passing silently."""
     import shutil
 
     from jaxdebate.coherence import report
@@ -367,32 +371,70 @@ def test_v2_report_warns_when_runs_mix_rollouts_or_decoders(v2_runs, tmp_path):
     _, runs = v2_runs
     copy = tmp_path / "runs"
     shutil.copytree(runs, copy)
-    pairs_path = copy / "sft-seed1" / "pairs_summary.json"
-    pairs = json.loads(pairs_path.read_text())
-    pairs_path.write_text(json.dumps({**pairs, "rollouts_sha256": "0" * 64}))
-    stage_path = copy / "dpo-seed2" / "stages" / "eval.json"
-    stage = json.loads(stage_path.read_text())
-    stage["provenance"]["decoder"] = "vllm bfloat16 on local server (avx512_bf16)"
-    stage_path.write_text(json.dumps(stage))
+
+    def edit(path, **changes):
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+    edit(copy / "sft-seed1" / "pairs_summary.json", rollouts_sha256="0" * 64)
+    other = "vllm bfloat16 on a local CPU server, CPU avx512_bf16"
+    edit(copy / "dpo-seed2" / "eval" / "dpo.jsonl.setting.json", decoder=other)
+    pairs = json.loads((copy / "dpo-seed1" / "pairs_summary.json").read_text())
+    edit(copy / "dpo-seed1" / "pairs_summary.json", rollouts_decoders={**pairs["rollouts_decoders"], other: 1})
     assert report.main([str(copy), "--out", str(tmp_path / "results")]) == 0
     warnings = json.loads((tmp_path / "results" / "summary.json").read_text())["warnings"]
     assert any("different rollouts" in w and "sft-seed1: 000000000000" in w for w in warnings), warnings
-    assert any("different decoders" in w and "dpo-seed2 eval: vllm bfloat16" in w for w in warnings), warnings
+    assert any("answers come from different decoders" in w and f"dpo-seed2 eval/dpo.jsonl: {other}" in w
+               for w in warnings), warnings
+    assert any("sampled by 2 decoders" in w for w in warnings), warnings
+    edit(copy / "sft-seed1" / "pairs_summary.json", rollouts_sha256=None)  # a run from before the field
+    assert report.main([str(copy), "--out", str(tmp_path / "results")]) == 0
+    warnings = json.loads((tmp_path / "results" / "summary.json").read_text())["warnings"]
+    assert any("do not record which rollouts" in w and w.endswith("sft-seed1") for w in warnings), warnings
 
 
-def test_v2_driver_keeps_the_rollouts_in_git_and_restores_them(tmp_path, monkeypatch):
-    """scripts/coherence_v2.py: the shared rollouts' complete lines go to the committed archive (the
-    same bytes for the same rollouts), and a checkout without them gets them back from it."""
-    import gzip
+def test_v2_results_are_runs_the_report_reads_again(v2_runs, tmp_path):
+    """The committed copy of each run (report.keep_run) is itself a run: the report over the copies
+    gives the same figures as over the originals (what a new machine's driver starts from)."""
+    from jaxdebate.coherence import report
+
+    root, _ = v2_runs
+    first = json.loads((root / "results" / "summary.json").read_text())
+    assert report.main([str(root / "results" / "runs"), "--out", str(tmp_path / "again")]) == 0
+    again = json.loads((tmp_path / "again" / "summary.json").read_text())
+
+    def figures(summary):
+        return {name: {seed: (run["eval"], run["train"], run["pairs"], run["provenance"], run["decoders"])
+                       for seed, run in v["seeds"].items()} for name, v in summary["variants"].items()}
+
+    assert figures(again) == figures(first) and again["base"] == first["base"]
+    assert again["mcnemar_p_holm"] == first["mcnemar_p_holm"] and again["selection"] == first["selection"]
+    kept = root / "results" / "runs" / "dpo-seed1"
+    assert (kept / "eval" / "comparison.jsonl").is_file() and not (kept / "adapter").exists()
+
+
+def _driver(tmp_path, monkeypatch):
+    """scripts/coherence_v2.py as a module, its paths moved under ``tmp_path``."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("coherence_v2_driver", ROOT / "scripts" / "coherence_v2.py")
     driver = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(driver)
-    rollouts, archive = tmp_path / "runs" / "rollouts.jsonl", tmp_path / "results" / "rollouts.jsonl.gz"
     monkeypatch.setattr(driver, "ROOT", tmp_path)
-    monkeypatch.setattr(driver, "ROLLOUTS", rollouts)
-    monkeypatch.setattr(driver, "ARCHIVE", archive)
+    monkeypatch.setattr(driver, "ROLLOUTS", tmp_path / "runs" / "rollouts.jsonl")
+    monkeypatch.setattr(driver, "ARCHIVE", tmp_path / "results" / "rollouts.jsonl.gz")
+    return driver
+
+
+def test_v2_driver_keeps_the_rollouts_in_git_and_restores_them(tmp_path, monkeypatch):
+    """scripts/coherence_v2.py: the shared rollouts' complete lines go to the committed archive (the
+    same bytes for the same rollouts), a checkout without them (or with a shorter prefix) gets them
+    back, and another collection never replaces the archive."""
+    import gzip
+
+    from jaxdebate.errors import DataError
+
+    driver = _driver(tmp_path, monkeypatch)
+    rollouts, archive = driver.ROLLOUTS, driver.ARCHIVE
     driver.save_rollouts()  # nothing collected yet: nothing written
     assert not archive.exists()
     rollouts.parent.mkdir(parents=True)
@@ -400,11 +442,48 @@ def test_v2_driver_keeps_the_rollouts_in_git_and_restores_them(tmp_path, monkeyp
     driver.save_rollouts()
     packed = archive.read_bytes()
     assert gzip.decompress(packed) == b'{"id": "q1"}\n{"id": "q2"}\n'
+    archive.unlink()
     driver.save_rollouts()
-    assert archive.read_bytes() == packed  # unchanged rollouts: the same bytes (no timestamp)
+    assert archive.read_bytes() == packed  # written again: the same bytes (no timestamp)
     rollouts.unlink()
     driver.restore_rollouts()
     assert jsonl.read_records(rollouts) == [{"id": "q1"}, {"id": "q2"}]
-    rollouts.write_text('{"id": "q1"}\n')
-    driver.restore_rollouts()  # a collection already there is never overwritten
-    assert rollouts.read_text() == '{"id": "q1"}\n'
+    rollouts.write_text('{"id": "q1"}\n')  # a shorter prefix (an older partial collection): restored
+    driver.restore_rollouts()
+    assert rollouts.read_text() == '{"id": "q1"}\n{"id": "q2"}\n'
+    rollouts.write_text('{"id": "q1"}\n{"id": "q2"}\n{"id": "q3"}\n')  # a collection under way: kept, saved
+    driver.restore_rollouts()
+    assert rollouts.read_text().count("\n") == 3
+    driver.save_rollouts()
+    assert gzip.decompress(archive.read_bytes()).count(b"\n") == 3
+    rollouts.write_text('{"id": "other"}\n')  # another collection: refused both ways, the archive stays
+    kept = archive.read_bytes()
+    with pytest.raises(DataError, match="another collection"):
+        driver.restore_rollouts()
+    with pytest.raises(DataError, match="another collection"):
+        driver.save_rollouts()
+    assert archive.read_bytes() == kept and rollouts.read_text() == '{"id": "other"}\n'
+
+
+def test_v2_driver_seeds_a_new_machine_from_the_committed_runs(v2_runs, tmp_path, monkeypatch):
+    """Runs finished in an earlier session (kept under results/coherence-v2/runs/) are copied where the
+    driver looks, so they are skipped and reported, never re-run; base answers are reused only from a
+    run whose decoder is this machine's."""
+    import shutil
+
+    root, runs = v2_runs
+    driver = _driver(tmp_path, monkeypatch)
+    monkeypatch.setattr(driver, "RUNS", "runs")
+    monkeypatch.setattr(driver, "RESULTS", "results")
+    shutil.copytree(root / "results" / "runs", tmp_path / "results" / "runs")
+    driver.seed_runs()
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["dpo-seed1", "dpo-seed2", "sft-seed1"]
+    assert (tmp_path / "runs" / "dpo-seed1" / "eval" / "summary.json").is_file()
+    # base answers: from a finished run with the same decoder only
+    shutil.copyfile(runs / "dpo-seed1" / "eval" / "base.jsonl", tmp_path / "runs" / "dpo-seed1" / "eval" / "base.jsonl")
+    made_by = json.loads((runs / "dpo-seed1" / "eval" / "base.jsonl.setting.json").read_text())["decoder"]
+    driver.seed_base_rows(tmp_path / "runs" / "new-seed1", "eval", "jax float32 on cpu, CPU another kind")
+    assert not (tmp_path / "runs" / "new-seed1" / "eval" / "base.jsonl").exists()
+    driver.seed_base_rows(tmp_path / "runs" / "new-seed1", "eval", made_by)
+    assert (tmp_path / "runs" / "new-seed1" / "eval" / "base.jsonl").read_bytes() == (
+        runs / "dpo-seed1" / "eval" / "base.jsonl").read_bytes()

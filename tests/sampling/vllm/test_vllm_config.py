@@ -226,6 +226,26 @@ def test_auto_backend_and_its_reason(tmp_path):
     assert VLLMServer(cpu.vllm, tmp_path).config.dtype == ("bfloat16" if bf16_flags() else "float32")
 
 
+def test_decoder_names_backend_precision_device_and_cpu_kind(tmp_path):
+    """sampling.factory.decoder: what the coherence evaluation records with its answers; two settings
+    that can decode differently never share a string."""
+    from jaxdebate.config import SamplerConfig
+    from jaxdebate.sampling.factory import decoder
+    from jaxdebate.sampling.hardware import cpu_kind
+
+    none = VLLMConfig(python=str(tmp_path / "no" / "bin" / "python"))
+    jax_model = SamplerConfig(backend="jax", vllm=none)
+    assert decoder(jax_model, "float32") == f"jax float32 on cpu, CPU {cpu_kind()}"
+    assert decoder(jax_model, "bfloat16").startswith("jax bfloat16 on cpu")  # 'model' means the model's dtype
+    assert decoder(dataclasses.replace(jax_model, jax=dataclasses.replace(jax_model.jax, dtype="bfloat16")),
+                   "float32").startswith("jax bfloat16 ")  # an explicit sampler dtype wins
+    # auto without a server decodes in-process, like make_sampler; a URL names the server
+    assert decoder(SamplerConfig(vllm=none), "float32") == decoder(jax_model, "float32")
+    url = SamplerConfig(backend="vllm", vllm=VLLMConfig(url="http://127.0.0.1:1", dtype="float16"))
+    assert decoder(url, "float32") == f"vllm float16 on the server at http://127.0.0.1:1, CPU {cpu_kind()}"
+    assert cpu_kind({"avx2"}) == "(AVX2 only: no AVX-512/AMX)" and cpu_kind({"avx512f", "avx2"}) == "avx512f"
+
+
 def test_every_configurable_backend_has_a_builder():
     """Issue 15 item 4: backends are a registry, not an if/elif; the config's choices are its names."""
     from jaxdebate.config import SamplerConfig
