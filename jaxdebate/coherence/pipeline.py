@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import time
@@ -80,7 +81,7 @@ class Context:
                                          workdir=self.workdir)
         return self._sampler
 
-    @property
+    @functools.cached_property
     def decoder(self) -> str:
         """The sampler's backend, precision and machine (``sampling.factory.decoder``): recorded with
         the answers it makes (rollouts records, evaluation settings), so answers of two decoders are
@@ -288,6 +289,7 @@ def run(config: CoherenceConfig, stages: tuple[str, ...] = STAGES, *, workdir: s
     eval_only = set(stages) == {"eval"} and (root / "config.json").is_file()
     _write_json(root / config.eval.dir / "config.json" if eval_only else root / "config.json", to_dict(config))
     ctx = Context(config, root, progress)
+    made_by = provenance()  # the code this process loaded and its machine, the same for every stage
     results: dict[str, Any] = {}
     try:
         for stage in stages:
@@ -297,7 +299,7 @@ def run(config: CoherenceConfig, stages: tuple[str, ...] = STAGES, *, workdir: s
             name = stage if stage != "eval" else config.eval.dir
             _write_json(root / "stages" / f"{name}.json",
                         {"stage": stage, "seconds": results[f"{stage}_seconds"], "summary": results[stage],
-                         "provenance": provenance()})
+                         "provenance": made_by})
     finally:
         ctx.close()
     return results
