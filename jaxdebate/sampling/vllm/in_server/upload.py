@@ -102,6 +102,7 @@ def _remove_stale(base: Path) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """``jaxdebate.processes.pid_alive`` again: this module runs standalone in the server's virtualenv."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
