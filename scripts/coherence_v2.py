@@ -3,6 +3,7 @@
     .venv/bin/python scripts/coherence_v2.py                              # every variant at seed 1
     .venv/bin/python scripts/coherence_v2.py --variants dpo sft --seeds 2 3
     .venv/bin/python scripts/coherence_v2.py --variants dpo sft --seeds 1 2 3 --platinum   # + GSM8K-Platinum
+    .venv/bin/python scripts/coherence_v2.py --deadline 2026-11-27T08:25   # begin nothing that ends later
 
 A run is ``runs/coherence_v2/<variant>-seed<k>``: ``python -m jaxdebate.coherence all --config
 configs/coherence_v2.py`` with the variant's overrides (``configs/coherence_v2.VARIANTS``) and
@@ -41,6 +42,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from configs.coherence_v2 import ROLLOUTS as ROLLOUTS_FILE, ROOT as RUNS, VARIANTS  # noqa: E402
 from jaxdebate.errors import DataError  # noqa: E402
+from jaxdebate.sweep import parse_deadline  # noqa: E402
 
 CONFIG = "configs/coherence_v2.py"
 RESULTS = "results/coherence-v2"
@@ -125,6 +128,36 @@ def coherence(stage: str, workdir: str, overrides: list[str]) -> bool:
     return code == 0
 
 
+def expected_seconds(name: str, stages: tuple[str, ...]) -> float | None:
+    """Wall seconds ``stages`` should take for variant ``name``: the mean over its finished runs (any
+    seed), else the longest finished run of any variant; None before any run has them all."""
+    def seconds(run: Path) -> float | None:
+        files = [run / "stages" / f"{stage}.json" for stage in stages]
+        return sum(json.loads(f.read_text())["seconds"] for f in files) if all(f.is_file() for f in files) else None
+
+    finished = {run.name.rsplit("-seed", 1)[0]: [] for run in (ROOT / RUNS).glob("*-seed*")}
+    for run in (ROOT / RUNS).glob("*-seed*"):
+        if (took := seconds(run)) is not None:
+            finished[run.name.rsplit("-seed", 1)[0]].append(took)
+    if finished.get(name):
+        return sum(finished[name]) / len(finished[name])
+    return max((took for runs in finished.values() for took in runs), default=None)
+
+
+def fits(run: str, stages: tuple[str, ...], deadline: float | None) -> bool:
+    """Whether ``run`` (variant-seed) is expected to end by ``deadline``; says why not. A run with no
+    estimate yet is begun."""
+    if deadline is None:
+        return True
+    expected = expected_seconds(run.rsplit("-seed", 1)[0], stages)
+    if expected is None or time.time() + expected <= deadline:
+        return True
+    end = time.strftime("%H:%M", time.localtime(deadline))
+    print(f"[coherence-v2] {run}: not begun, {' + '.join(stages)} should take ~{expected / 60:.0f} min and "
+          f"would end past the deadline ({end}); stopping here", flush=True)
+    return False
+
+
 def this_decoder() -> str:
     """The decoder the runs here will evaluate with (``sampling.factory.decoder`` of the config)."""
     from jaxdebate.configlib import load_config
@@ -153,6 +186,39 @@ def seed_base_rows(workdir: Path, eval_dir: str, decoder: str) -> None:
             return
 
 
+def run_all(variants: list[str], seeds: list[int], *, platinum: bool, deadline: float | None) -> list[str]:
+    """Each variant at each seed, skipping what is written, the report after every run; stops before a
+    run that would end past ``deadline``. Returns the failed runs."""
+    decoder = this_decoder()
+    failed = []
+    for name in variants:
+        for seed in seeds:
+            run = f"{name}-seed{seed}"
+            workdir = f"{RUNS}/{run}"
+            overrides = [f"variant={name}", f"dpo.seed={seed}", *VARIANTS[name]]
+            train = not (ROOT / workdir / "eval" / "summary.json").is_file()
+            also_platinum = platinum and not (ROOT / workdir / "eval_platinum" / "summary.json").is_file()
+            stages = ("train", "eval") * train + ("eval_platinum",) * also_platinum
+            if stages and not fits(run, stages, deadline):
+                return failed
+            ok = True
+            if train:
+                seed_base_rows(ROOT / workdir, "eval", decoder)
+                ok = coherence("all", workdir, overrides)
+            if ok and also_platinum:
+                seed_base_rows(ROOT / workdir, "eval_platinum", decoder)
+                ok = coherence("eval", workdir, [*overrides, *PLATINUM])
+            save_rollouts()
+            if not ok:
+                failed.append(run)
+            if any((ROOT / RUNS).glob("*/eval/summary.json")):
+                subprocess.run([sys.executable, "-m", "jaxdebate.coherence.report", RUNS, "--out", RESULTS],
+                               cwd=ROOT, check=True)
+            print(f"[coherence-v2] {run} {'done' if ok else 'failed'}; results so far in {RESULTS} "
+                  "(commit them)", flush=True)
+    return failed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
@@ -160,33 +226,18 @@ def main() -> int:
     parser.add_argument("--platinum", action="store_true", help="also evaluate on all of GSM8K-Platinum")
     parser.add_argument("--save-rollouts", action="store_true",
                         help=f"only write the rollouts collected so far to {RESULTS}/rollouts.jsonl.gz")
+    parser.add_argument("--deadline", default=None, metavar="WHEN",
+                        help="begin no run that would not end by WHEN ('+MINUTES' from now, or an ISO time such "
+                             "as 2026-11-27T08:30), estimated from the finished runs' stage times; a begun run "
+                             "is finished")
     args = parser.parse_args()
+    deadline = parse_deadline(args.deadline) if args.deadline else None
     if args.save_rollouts:
         save_rollouts()
         return 0
     restore_rollouts()
     seed_runs()
-    decoder = this_decoder()
-    failed = []
-    for name in args.variants:
-        for seed in args.seeds:
-            workdir = f"{RUNS}/{name}-seed{seed}"
-            overrides = [f"variant={name}", f"dpo.seed={seed}", *VARIANTS[name]]
-            ok = True
-            if not (ROOT / workdir / "eval" / "summary.json").is_file():
-                seed_base_rows(ROOT / workdir, "eval", decoder)
-                ok = coherence("all", workdir, overrides)
-            if ok and args.platinum and not (ROOT / workdir / "eval_platinum" / "summary.json").is_file():
-                seed_base_rows(ROOT / workdir, "eval_platinum", decoder)
-                ok = coherence("eval", workdir, [*overrides, *PLATINUM])
-            save_rollouts()
-            if not ok:
-                failed.append(f"{name}-seed{seed}")
-            if any((ROOT / RUNS).glob("*/eval/summary.json")):
-                subprocess.run([sys.executable, "-m", "jaxdebate.coherence.report", RUNS, "--out", RESULTS],
-                               cwd=ROOT, check=True)
-            print(f"[coherence-v2] {name}-seed{seed} {'done' if ok else 'failed'}; results so far in {RESULTS} "
-                  "(commit them)", flush=True)
+    failed = run_all(args.variants, args.seeds, platinum=args.platinum, deadline=deadline)
     if failed:
         print(f"[coherence-v2] failed: {', '.join(failed)}", flush=True)
     return 1 if failed else 0

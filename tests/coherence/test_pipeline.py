@@ -487,3 +487,32 @@ def test_v2_driver_seeds_a_new_machine_from_the_committed_runs(v2_runs, tmp_path
     driver.seed_base_rows(tmp_path / "runs" / "new-seed1", "eval", made_by)
     assert (tmp_path / "runs" / "new-seed1" / "eval" / "base.jsonl").read_bytes() == (
         runs / "dpo-seed1" / "eval" / "base.jsonl").read_bytes()
+
+
+def test_v2_driver_begins_no_run_that_would_end_past_the_deadline(v2_runs, tmp_path, monkeypatch, capsys):
+    """--deadline: a run's expected time is its variant's finished runs' stage seconds (mean over
+    seeds), else the longest finished run's; a run that would end past the deadline is not begun."""
+    import time
+
+    root, runs = v2_runs
+    driver = _driver(tmp_path, monkeypatch)
+    monkeypatch.setattr(driver, "ROOT", root)
+    monkeypatch.setattr(driver, "RUNS", "runs")
+
+    def took(run, *stages):
+        return sum(json.loads((runs / run / "stages" / f"{s}.json").read_text())["seconds"] for s in stages)
+
+    both = ("train", "eval")
+    dpo = (took("dpo-seed1", *both) + took("dpo-seed2", *both)) / 2
+    assert driver.expected_seconds("dpo", both) == pytest.approx(dpo)
+    longest = max(took(r, *both) for r in ("dpo-seed1", "dpo-seed2", "sft-seed1"))
+    assert driver.expected_seconds("rpo", both) == pytest.approx(longest)  # no rpo run yet
+    # the second evaluation set was written for sft-seed1 only, under its eval.dir's name
+    assert driver.expected_seconds("dpo", ("eval_second",)) == pytest.approx(took("sft-seed1", "eval_second"))
+    assert driver.expected_seconds("dpo", ("eval_platinum",)) is None
+
+    assert driver.fits("rpo-seed1", both, None)
+    assert driver.fits("rpo-seed1", both, time.time() + longest + 60)
+    assert not driver.fits("rpo-seed1", both, time.time() + longest - 1)
+    assert "rpo-seed1: not begun" in capsys.readouterr().out
+    assert driver.fits("new-seed1", ("eval_platinum",), time.time())  # no estimate yet: begun
