@@ -144,6 +144,7 @@ class Trainer:
             max_tokens=t.max_tokens_per_microbatch, aggregation=cfg.loss.aggregation,
             max_completion=cfg.sampler.max_new_tokens, pad_id=self.tokenizer.pad_id,
             min_rows=cfg.launch.training_devices, packing=t.packing, ppo_epochs=epochs,
+            split_short_rows=t.split_short_rows,
         )
         self.checkpointer = Checkpointer(checkpoint_dir(self.workdir), cfg.checkpoint.n_last_ckpts_to_keep)
 

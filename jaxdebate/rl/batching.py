@@ -165,9 +165,14 @@ def make_microbatches(
     min_bucket: int = MIN_BUCKET,
     min_rows: int = 1,
     packing: bool = True,
+    split_short_rows: bool = False,
 ) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
     """Lay ``samples`` out in micro-batches (module docstring), each of a shape in
     :func:`possible_shapes`. Returns ``(micro_batches, stats)``.
+
+    ``split_short_rows``: a row whose length bucket is at most half its micro-batch's starts the next
+    micro-batch, in its own bucket (e.g. 571 packed tokens: 512 + 64 positions instead of 2 x 512); the
+    same loss and gradients, summed in another order, for one more micro-batch.
 
     Completions longer than ``max_completion`` or running past ``max_len`` are cut (counted in
     ``stats``); ``padded_tokens`` counts the row positions computed, ``sequence_tokens`` what the
@@ -198,8 +203,12 @@ def make_microbatches(
     while start < len(rows):
         length = bucket_for(sum(g.size for g in rows[start]), buckets)
         top = rows_for_bucket(length, rows_cap, max_tokens, min_rows)
-        chunk = rows[start:start + top]
-        start += len(chunk)
+        end = min(start + top, len(rows))
+        if split_short_rows:  # rows are sorted longest first: the first short one ends the chunk
+            end = next((i for i in range(start + 1, end)
+                        if 2 * bucket_for(sum(g.size for g in rows[i]), buckets) <= length), end)
+        chunk = rows[start:end]
+        start = end
         n_rows = next(c for c in sizes_upto(top, min_rows) if c >= len(chunk))
         longest_window = max(sum(g.completion_tokens for g in r) for r in chunk)
         window = min(bucket_for(longest_window, buckets), length)

@@ -103,7 +103,10 @@ class TrainingConfig(Section):
     hard-updated every ``hard_update_ref_every_steps``. ``max_tokens_per_microbatch`` bounds the
     learner's memory (row positions per forward/backward pass). ``packing`` lays several samples out
     per row with shared prompt prefixes stored once (same loss and gradients, fewer FLOPs;
-    :mod:`jaxdebate.rl.batching`); off, each sample gets its own padded row. An update whose loss,
+    :mod:`jaxdebate.rl.batching`); off, each sample gets its own padded row. ``split_short_rows`` puts
+    a row at most half as long as its micro-batch's (by length bucket) in a micro-batch of its own
+    bucket: fewer padded positions, one more micro-batch; off by default while the arithmetic-v2
+    sweep runs (the sum of the gradients changes order, so its numerics would move in the last bits). An update whose loss,
     gradient or result is non-finite is not applied; ``nonfinite_patience`` such updates in a row
     stop the run with an error naming the step and the metric; ``idle_warning_steps`` steps in a row
     without an update are reported once, with the reason (0: never). ``reuse_initial_validation``: step
@@ -125,6 +128,7 @@ class TrainingConfig(Section):
     max_tokens_per_microbatch: int = 16384
     validate_at_start: bool = False
     packing: bool = True
+    split_short_rows: bool = False
     nonfinite_patience: int = 3
     reuse_initial_validation: bool = True
     idle_warning_steps: int = 3

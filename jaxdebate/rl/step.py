@@ -66,6 +66,7 @@ class Layout:
     min_rows: int
     packing: bool
     ppo_epochs: int
+    split_short_rows: bool = False
 
 
 def update(learner: Learner, state: TrainState, samples: list[Sample], layout: Layout,
@@ -79,7 +80,7 @@ def update(learner: Learner, state: TrainState, samples: list[Sample], layout: L
     mbs, stats = make_microbatches(
         samples, max_len=layout.max_len, rows_cap=layout.rows_cap, max_tokens=layout.max_tokens,
         aggregation=layout.aggregation, max_completion=layout.max_completion, pad_id=layout.pad_id,
-        min_rows=layout.min_rows, packing=layout.packing,
+        min_rows=layout.min_rows, packing=layout.packing, split_short_rows=layout.split_short_rows,
     )
     if mesh is not None:
         mbs = [shard_batch(mb, mesh) for mb in mbs]

@@ -154,6 +154,39 @@ def test_many_microbatches_equal_one():
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
 
 
+def test_short_rows_apart_compute_fewer_positions_for_the_same_update():
+    """split_short_rows: a packed step that spills a little past one row (the 571-token step of
+    bench/README "step") computes 512 + 64 positions, not 2 x 512, in shapes the configuration already
+    allows, and the update equals the one-micro-batch layout's."""
+    from jaxdebate.rl.grpo import Learner
+
+    params, config = load(TINY)
+    learner = Learner(config, LossConfig(beta=0.1), OptimizerConfig(peak_lr=1e-2, end_lr=1e-2, grad_clip=0.0), 4)
+    rng = np.random.default_rng(7)
+    head = rng.integers(0, 256, 100)
+    # six turns sharing a 100-token prompt fill one 512 row; a seventh prompt spills ~60 tokens over
+    samples = [Sample(head, rng.integers(0, 256, 68), rng.normal(-5, 1, 68), float(rng.normal())) for _ in range(6)]
+    samples.append(Sample(rng.integers(0, 256, 30), rng.integers(0, 256, 29), rng.normal(-5, 1, 29), 0.7))
+    kw = dict(max_len=512, rows_cap=8, max_tokens=4096, aggregation="token", max_completion=128)
+    together, s0 = make_microbatches(samples, **kw)
+    apart, s1 = make_microbatches(samples, split_short_rows=True, **kw)
+    assert [mb["tokens"].shape for mb in together] == [(2, 512)] and s0["padded_tokens"] == 1024
+    assert [mb["tokens"].shape for mb in apart] == [(1, 512), (1, 64)] and s1["padded_tokens"] == 576
+    assert s1["packed_tokens"] == s0["packed_tokens"] == 100 + 6 * 68 + 59
+    allowed = possible_shapes(512, rows_cap=8, max_tokens=4096)
+    assert {mb["tokens"].shape + mb["targets"].shape[1:] for mb in apart} <= allowed
+    # rows of one bucket stay together: nothing changes for a uniform batch
+    uniform = [Sample(rng.integers(0, 256, 200), rng.integers(0, 256, 60), rng.normal(-5, 1, 60), 1.0) for _ in range(4)]
+    assert [mb["tokens"].shape for mb in make_microbatches(uniform, split_short_rows=True, **kw)[0]] == [(4, 512)]
+
+    s_0, m0 = learner.update(learner.init_state(jax.tree.map(np.array, params)), together)
+    s_1, m1 = learner.update(learner.init_state(jax.tree.map(np.array, params)), apart)
+    assert m1["loss"] == pytest.approx(m0["loss"], rel=1e-5, abs=1e-7)
+    assert m1["grad_norm"] == pytest.approx(m0["grad_norm"], rel=1e-4)
+    for a, b in zip(jax.tree.leaves(s_0.params), jax.tree.leaves(s_1.params)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-4)
+
+
 def test_window_logprobs_equal_full_sequence_logprobs():
     """The learner's completion-window log-probs are the model's token_logprobs at those positions."""
     from jaxdebate.model import token_logprobs
