@@ -70,7 +70,8 @@ def run_ours(args) -> list[float]:
         records = [r for r in read_metrics(workdir) if "time/step" in r]
     for r in records:
         print(f"  ours step {r['step']}: {r['time/step']:.1f} s (sampling {r.get('time/sampling', 0):.1f}, "
-              f"learning {r.get('time/learning', 0):.1f}, sync {r.get('time/sync', 0):.2f}), "
+              f"learning {r.get('time/learning', 0):.1f} on {r.get('batch/padded_tokens', 0):.0f} positions, "
+              f"sync {r.get('time/sync', 0):.2f}), "
               f"reward {r.get('train/reward/raw/mean', float('nan')):.3f}", flush=True)
     return [r["time/step"] for r in records]
 
