@@ -145,13 +145,18 @@ def test_many_microbatches_equal_one():
         one, _ = make_microbatches(samples, rows_cap=8, max_tokens=4096, **kw)
         many, _ = make_microbatches(samples, rows_cap=2, max_tokens=128, **kw)
         assert len(one) < len(many)
-        s1, m1 = learner.update(learner.init_state(jax.tree.map(np.array, params)), one)
-        s2, m2 = learner.update(learner.init_state(jax.tree.map(np.array, params)), many)
-        assert m1["loss"] == pytest.approx(m2["loss"], rel=1e-5, abs=1e-7)
-        assert m1["grad_norm"] == pytest.approx(m2["grad_norm"], rel=1e-4)
-        for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):
-            # Adam normalises the first step (~lr * sign(g)): allow 1% of lr for near-zero gradients
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+        _assert_same_update(learner, params, one, many)
+
+
+def _assert_same_update(learner, params, mbs_a, mbs_b):
+    """One optimiser update from ``params`` on either layout: the same loss, gradient norm and weights."""
+    s1, m1 = learner.update(learner.init_state(jax.tree.map(np.array, params)), mbs_a)
+    s2, m2 = learner.update(learner.init_state(jax.tree.map(np.array, params)), mbs_b)
+    assert m1["loss"] == pytest.approx(m2["loss"], rel=1e-5, abs=1e-7)
+    assert m1["grad_norm"] == pytest.approx(m2["grad_norm"], rel=1e-4)
+    for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):
+        # Adam normalises the first step (~lr * sign(g)): allow 1% of lr for near-zero gradients
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
 
 
 def test_short_rows_apart_compute_fewer_positions_for_the_same_update():
@@ -178,13 +183,7 @@ def test_short_rows_apart_compute_fewer_positions_for_the_same_update():
     # rows of one bucket stay together: nothing changes for a uniform batch
     uniform = [Sample(rng.integers(0, 256, 200), rng.integers(0, 256, 60), rng.normal(-5, 1, 60), 1.0) for _ in range(4)]
     assert [mb["tokens"].shape for mb in make_microbatches(uniform, split_short_rows=True, **kw)[0]] == [(4, 512)]
-
-    s_0, m0 = learner.update(learner.init_state(jax.tree.map(np.array, params)), together)
-    s_1, m1 = learner.update(learner.init_state(jax.tree.map(np.array, params)), apart)
-    assert m1["loss"] == pytest.approx(m0["loss"], rel=1e-5, abs=1e-7)
-    assert m1["grad_norm"] == pytest.approx(m0["grad_norm"], rel=1e-4)
-    for a, b in zip(jax.tree.leaves(s_0.params), jax.tree.leaves(s_1.params)):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-4)
+    _assert_same_update(learner, params, together, apart)
 
 
 def test_window_logprobs_equal_full_sequence_logprobs():
