@@ -1,6 +1,6 @@
 """What a recorded result says about the code and the machine that made it: the git commit (and
-whether tracked files outside ``results/`` differed from it), the CPU's AVX-512/AMX flags and the host. Every sweep run
-(``run.json``) and every coherence stage (``stages/<stage>.json``) records it."""
+whether tracked files outside ``results/`` differed from it), the CPU's AVX-512/AMX flags and the
+host. Every sweep run (``run.json``) and every coherence stage (``stages/<stage>.json``) records it."""
 
 from __future__ import annotations
 

@@ -106,8 +106,8 @@ class TrainingConfig(Section):
     :mod:`jaxdebate.rl.batching`); off, each sample gets its own padded row. ``split_short_rows`` puts
     a row at most half as long as its micro-batch's (by length bucket) in a micro-batch of its own
     bucket: fewer padded positions, one more micro-batch; off by default while the arithmetic-v2
-    sweep runs (the sum of the gradients changes order, so its numerics would move in the last bits). An update whose loss,
-    gradient or result is non-finite is not applied; ``nonfinite_patience`` such updates in a row
+    sweep runs (the gradient sum changes order: its numerics would move in the last bits). An update
+    whose loss, gradient or result is non-finite is not applied; ``nonfinite_patience`` such updates in a row
     stop the run with an error naming the step and the metric; ``idle_warning_steps`` steps in a row
     without an update are reported once, with the reason (0: never). ``reuse_initial_validation``: step
     0's validation of the base model is cached and reused by every run that would compute the same
