@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from configs.coherence_v2 import ROLLOUTS as ROLLOUTS_FILE, ROOT as RUNS, VARIANTS  # noqa: E402
-from jaxdebate.errors import DataError  # noqa: E402
+from jaxdebate.errors import ConfigError, DataError  # noqa: E402
 from jaxdebate.sweep import parse_deadline  # noqa: E402
 
 CONFIG = "configs/coherence_v2.py"
@@ -131,17 +131,20 @@ def coherence(stage: str, workdir: str, overrides: list[str]) -> bool:
 def expected_seconds(name: str, stages: tuple[str, ...]) -> float | None:
     """Wall seconds ``stages`` should take for variant ``name``: the mean over its finished runs (any
     seed), else the longest finished run of any variant; None before any run has them all."""
-    def seconds(run: Path) -> float | None:
-        files = [run / "stages" / f"{stage}.json" for stage in stages]
-        return sum(json.loads(f.read_text())["seconds"] for f in files) if all(f.is_file() for f in files) else None
-
-    finished = {run.name.rsplit("-seed", 1)[0]: [] for run in (ROOT / RUNS).glob("*-seed*")}
+    finished: dict[str, list[float]] = {}
     for run in (ROOT / RUNS).glob("*-seed*"):
-        if (took := seconds(run)) is not None:
-            finished[run.name.rsplit("-seed", 1)[0]].append(took)
-    if finished.get(name):
+        files = [run / "stages" / f"{stage}.json" for stage in stages]
+        if all(f.is_file() for f in files):
+            took = sum(json.loads(f.read_text())["seconds"] for f in files)
+            finished.setdefault(_variant(run.name), []).append(took)
+    if name in finished:
         return sum(finished[name]) / len(finished[name])
     return max((took for runs in finished.values() for took in runs), default=None)
+
+
+def _variant(run: str) -> str:
+    """``dpo-beta0.3`` of ``dpo-beta0.3-seed2``."""
+    return run.rsplit("-seed", 1)[0]
 
 
 def fits(run: str, stages: tuple[str, ...], deadline: float | None) -> bool:
@@ -149,7 +152,7 @@ def fits(run: str, stages: tuple[str, ...], deadline: float | None) -> bool:
     estimate yet is begun."""
     if deadline is None:
         return True
-    expected = expected_seconds(run.rsplit("-seed", 1)[0], stages)
+    expected = expected_seconds(_variant(run), stages)
     if expected is None or time.time() + expected <= deadline:
         return True
     end = time.strftime("%H:%M", time.localtime(deadline))
@@ -231,7 +234,10 @@ def main() -> int:
                              "as 2026-11-27T08:30), estimated from the finished runs' stage times; a begun run "
                              "is finished")
     args = parser.parse_args()
-    deadline = parse_deadline(args.deadline) if args.deadline else None
+    try:
+        deadline = parse_deadline(args.deadline) if args.deadline else None
+    except ConfigError as e:
+        parser.error(str(e))
     if args.save_rollouts:
         save_rollouts()
         return 0
