@@ -196,17 +196,17 @@ def make_microbatches(
     else:
         rows = [[_Group(len(p.prompt), [p])] for p in prepared]
     rows.sort(key=lambda r: -sum(g.size for g in r))
+    row_buckets = [bucket_for(sum(g.size for g in r), buckets) for r in rows]
 
     micro_batches = []
     padded_tokens = 0
     start = 0
     while start < len(rows):
-        length = bucket_for(sum(g.size for g in rows[start]), buckets)
+        length = row_buckets[start]
         top = rows_for_bucket(length, rows_cap, max_tokens, min_rows)
         end = min(start + top, len(rows))
         if split_short_rows:  # rows are sorted longest first: the first short one ends the chunk
-            end = next((i for i in range(start + 1, end)
-                        if 2 * bucket_for(sum(g.size for g in rows[i]), buckets) <= length), end)
+            end = next((i for i in range(start + 1, end) if 2 * row_buckets[i] <= length), end)
         chunk = rows[start:end]
         start = end
         n_rows = next(c for c in sizes_upto(top, min_rows) if c >= len(chunk))
