@@ -9,9 +9,12 @@ seed (``dpo.seed``). Written to ``--out``:
 * ``summary.json`` — per evaluation set the base model's figures; per variant its settings and, per
   seed and evaluation set, ``accuracy``, ``ci95`` (Wilson), ``n``, ``format_rate``, strict and
   lenient accuracy and ``mcnemar_p`` against the base on the same items; ``mcnemar_p`` per variant
-  (evaluation set → seed → p); for variants with two or more seeds the seed-level mean with its t
-  95% interval and the paired difference from the base (t test over seeds); per-epoch curves (mean
-  over seeds); the runs that had not finished (``unfinished``);
+  (evaluation set → seed → p), also for strict correctness and the answer line; for variants with
+  two or more seeds the seed-level mean with its t 95% interval and the difference from the base (t
+  test over seeds); the selected variant against SFT (McNemar per seed, t paired by seed); those
+  method-level tests Holm-corrected per evaluation set with a verdict (``method_family``); every two
+  variants at the selection seed (``pairwise_post_hoc``: McNemar, Holm over the pairs, exploratory);
+  per-epoch curves (mean over seeds); the runs that had not finished (``unfinished``);
 * ``table.md`` — one row per variant, seed and evaluation set;
 * ``epoch_curves.png`` — held-out accuracy, format rate, pair loss and accuracy, and the chosen and
   rejected log-prob displacement per epoch, one line per variant (mean over its seeds);
@@ -40,7 +43,9 @@ from jaxdebate.coherence import jsonl
 from jaxdebate.coherence.evaluate import accuracy_summary
 from jaxdebate.coherence.results import eval_dirs
 from jaxdebate.errors import DataError
-from jaxdebate.stats import holm, one_sample_t, paired_mcnemar, paired_t, t_interval
+from jaxdebate.coherence.comparisons import (SELECTION_SEED, best_vs_sft, holm_by_set, method_family, pairwise,
+                                             seed_test, selection)
+from jaxdebate.stats import paired_mcnemar, t_interval
 
 CURVES = (
     ("heldout/accuracy", "held-out greedy accuracy"),
@@ -52,7 +57,6 @@ CURVES = (
 )
 FIGURES = ("accuracy", "ci95", "n", "correct", "format_rate", "strict_accuracy", "lenient_accuracy",
            "truncated_rate")
-SELECTION_SEED = 1  # the seed whose held-out accuracy picks the variant that gets more seeds
 
 
 def variant_name(config: Mapping[str, Any]) -> str:
@@ -88,6 +92,13 @@ def _side(rows: Sequence[Mapping[str, Any]], side: str) -> dict[str, Any]:
     return {k: v for k, v in accuracy_summary([r[side] for r in rows]).items() if k in FIGURES}
 
 
+def _paired_flag(rows: Sequence[Mapping[str, Any]], flag: str) -> float | None:
+    """McNemar's p of a per-item flag (strict correctness, answer line present), base vs tuned."""
+    if not all(flag in r["base"] and flag in r["dpo"] for r in rows):
+        return None
+    return paired_mcnemar([bool(r["base"][flag]) for r in rows], [bool(r["dpo"][flag]) for r in rows])["p"]
+
+
 def run_record(workdir: Path) -> dict[str, Any] | None:
     """One run's figures (None when it has no finished evaluation): variant, seed, settings, per
     evaluation set the base and tuned figures with McNemar's p, the epoch log and the pairs."""
@@ -112,7 +123,11 @@ def run_record(workdir: Path) -> dict[str, Any] | None:
         test = paired_mcnemar(base, tuned)
         record["base"][ev.name] = {**_side(rows, "base"), "dataset": summary.get("dataset")}
         record["eval"][ev.name] = {**_side(rows, "dpo"), "mcnemar_p": test["p"],
-                                   "only_base_correct": test["only_first"], "only_tuned_correct": test["only_second"]}
+                                   "only_base_correct": test["only_first"], "only_tuned_correct": test["only_second"],
+                                   # the answer line and strict grading move too (a format change is not
+                                   # hidden by lenient parsing): their own paired tests, None for old rows
+                                   **{f"mcnemar_p_{key}": _paired_flag(rows, flag) for key, flag in
+                                      (("strict", "correct_strict"), ("format", "format_ok"))}}
         record["items"][ev.name] = base
         record["items_tuned"][ev.name] = tuned
     train = _read_json(workdir / "train" / "summary.json") or {}
@@ -157,12 +172,13 @@ def _mixed(records: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _seed_level(values: Sequence[float], base: float | None) -> dict[str, Any]:
-    ci = t_interval(values)
-    out = {"n_seeds": len(values), "mean": float(np.mean(values)),
-           "sd": float(np.std(values, ddof=1)), "ci95": list(ci) if ci else None}
+    """Mean over seeds with its t interval (none without spread: see ``comparisons.seed_test``) and,
+    against the base's deterministic greedy accuracy, the t test of the per-seed differences."""
+    sd = float(np.std(values, ddof=1))
+    out = {"n_seeds": len(values), "mean": float(np.mean(values)), "sd": sd,
+           "ci95": list(t_interval(values)) if sd > 0 else None}
     if base is not None:
-        test = one_sample_t([v - base for v in values])
-        out["vs_base"] = {"mean_difference": test["mean"], "ci95": test["ci95"], "p": test["p"]}
+        out["vs_base"] = seed_test([v - base for v in values])
     return out
 
 
@@ -219,70 +235,19 @@ def build_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                          if r["eval"].get(name, {}).get("format_rate") is not None]
                 entry["format_rate_mean"] = float(np.mean(rates)) if rates else None
                 v["seed_level"][name] = entry
-    selection = _selection(records)
+    chosen = selection(records)
+    vs_sft = best_vs_sft(records, chosen["variant"])
     return {
         "runs": len(records),
         "base": {name: {k: x for k, x in b.items() if k not in ("items", "from")} for name, b in base.items()},
         "variants": variants,
-        "mcnemar_p_holm": _holm_by_set(variants),
-        "selection": selection,
-        "best_vs_sft": _best_vs_sft(records, selection["variant"]),
+        "mcnemar_p_holm": holm_by_set(variants),
+        "selection": chosen,
+        "best_vs_sft": vs_sft,
+        "method_family": method_family(variants, vs_sft),
+        "pairwise_post_hoc": pairwise(records),
         "warnings": warnings,
     }
-
-
-def _holm_by_set(variants: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    """Per evaluation set, every variant's McNemar p vs the base at the selection seed, Holm-adjusted
-    over the variants (one family per evaluation set)."""
-    out: dict[str, dict[str, float]] = {}
-    for name in sorted({n for v in variants.values() for n in v["mcnemar_p"]}):
-        ps = {label: v["mcnemar_p"][name][str(SELECTION_SEED)] for label, v in variants.items()
-              if str(SELECTION_SEED) in v["mcnemar_p"].get(name, {})}
-        out[name] = dict(zip(ps, holm(list(ps.values())))) if ps else {}
-    return out
-
-
-def _heldout_at_export(rec: Mapping[str, Any]) -> float | None:
-    """The held-out greedy accuracy of the epoch a run exported (what early stopping chose)."""
-    exported = rec["train"].get("exported_epoch")
-    row = next((r for r in rec["epochs"] if exported is not None and int(r["epoch"]) == int(exported)), None)
-    return None if row is None or row.get("heldout/accuracy") is None else float(row["heldout/accuracy"])
-
-
-def _selection(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The preference variant that gets more seeds: the highest held-out accuracy at its exported
-    epoch, at the selection seed, SFT excluded (it is the baseline). Chosen on the held-out
-    questions, never on an evaluation set, so its evaluation figures are not selected on."""
-    scored = {r["variant"]: _heldout_at_export(r) for r in records
-              if r["seed"] == SELECTION_SEED and r["settings"]["objective"] != "sft"}
-    scored = {k: v for k, v in scored.items() if v is not None}
-    rule = (f"the highest held-out greedy accuracy at the exported epoch, seed {SELECTION_SEED}, SFT excluded; "
-            "ties go to the variant named first in alphabetical order")
-    if not scored:
-        return {"variant": None, "rule": rule, "heldout_accuracy": {}}
-    best = max(sorted(scored), key=lambda k: scored[k])
-    return {"variant": best, "rule": rule, "heldout_accuracy": scored}
-
-
-def _best_vs_sft(records: Sequence[Mapping[str, Any]], best: str | None) -> dict[str, Any]:
-    """Per evaluation set, the selected variant against SFT, paired by seed (paired t over the seeds
-    both have; each seed's McNemar beside it, on the same items)."""
-    sft = {r["seed"]: r for r in records if r["settings"]["objective"] == "sft"}
-    chosen = {r["seed"]: r for r in records if best is not None and r["variant"] == best}
-    seeds = sorted(set(sft) & set(chosen))
-    out: dict[str, Any] = {"variant": best, "seeds": seeds, "by_set": {}}
-    for name in sorted({n for r in chosen.values() for n in r["eval"]}):
-        both = [s for s in seeds if name in sft[s]["eval"] and name in chosen[s]["eval"]]
-        entry: dict[str, Any] = {"seeds": both, "mcnemar_p": {}}
-        for s in both:
-            entry["mcnemar_p"][str(s)] = paired_mcnemar(sft[s]["items_tuned"].get(name, {}),
-                                                        chosen[s]["items_tuned"].get(name, {}))["p"]
-        if len(both) >= 2:
-            test = paired_t([sft[s]["eval"][name]["accuracy"] for s in both],
-                            [chosen[s]["eval"][name]["accuracy"] for s in both])
-            entry.update(mean_difference=test["mean"], ci95=test["ci95"], p=test["p"])
-        out["by_set"][name] = entry
-    return out
 
 
 def plot_curves(summary: Mapping[str, Any], path: Path) -> Path | None:
@@ -339,9 +304,8 @@ def format_table(summary: Mapping[str, Any]) -> str:
                              f"{rate(f['strict_accuracy'])} | {rate(f['lenient_accuracy'])} | "
                              f"{rate(f.get('truncated_rate'))} | {p_text} |")
         for name, e in v.get("seed_level", {}).items():
-            ci = "n/a" if e["ci95"] is None else f"[{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}]"
-            p = e.get("vs_base", {}).get("p")
-            p_text = "n/a" if p is None else f"{p:.3g} (t over seeds)"
+            ci = "(no spread)" if e["ci95"] is None else f"[{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}]"
+            p_text = _method_text(e.get("vs_base") or {})
             lines.append(f"| {label} | mean of {e['n_seeds']} | {name} | – | {e['mean']:.3f} {ci} | "
                          f"{rate(e['format_rate_mean'])} | – | – | – | {p_text} |")
     sel = summary.get("selection") or {}
@@ -351,10 +315,21 @@ def format_table(summary: Mapping[str, Any]) -> str:
                   f"finished at seed {SELECTION_SEED} so far: **{sel['variant']}** ({sel['rule']}; held-out accuracy "
                   + ", ".join(f"{k} {v:.3f}" for k, v in sorted(sel["heldout_accuracy"].items())) + ")."]
     for name, e in (summary.get("best_vs_sft") or {}).get("by_set", {}).items():
-        if e.get("ci95"):
+        if "mean_difference" in e:
+            ci = "" if e["ci95"] is None else f" [{e['ci95'][0]:+.3f}, {e['ci95'][1]:+.3f}]"
             lines.append(f"{sel['variant']} − sft on {name}, paired over seeds {e['seeds']}: "
-                         f"{e['mean_difference']:+.3f} [{e['ci95'][0]:+.3f}, {e['ci95'][1]:+.3f}], p = {e['p']:.3g}.")
+                         f"{e['mean_difference']:+.3f}{ci}, {_method_text(e)}.")
     return "\n".join(lines)
+
+
+def _method_text(test: Mapping[str, Any]) -> str:
+    """A method-level test in a table cell: p over seeds, its Holm value and the verdict."""
+    if "mean_difference" not in test:
+        return "n/a"
+    if test["p"] is None:
+        return f"no spread over seeds: untested ({test.get('verdict', '')})"
+    holm_p = "" if test.get("p_holm") is None else f", Holm {test['p_holm']:.3g}"
+    return f"{test['p']:.3g} (t over seeds{holm_p}): {test.get('verdict', '')}"
 
 
 def export(paths: Iterable[str | Path], out_dir: str | Path) -> Path:

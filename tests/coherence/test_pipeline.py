@@ -306,7 +306,8 @@ def test_v2_report_per_variant_seed_and_evaluation_set(v2_runs):
         accs.append(want["accuracy"])
     level = dpo["seed_level"]["eval"]
     assert level["n_seeds"] == 2 and level["mean"] == pytest.approx(sum(accs) / 2)
-    assert level["ci95"] == (list(t_interval(accs)) if t_interval(accs) else None)
+    # two seeds that tie (3 items here) have no spread: no interval rather than a zero-width one
+    assert level["ci95"] == (None if accs[0] == accs[1] else list(t_interval(accs)))
     assert "seed_level" not in sft  # one seed: no seed-level interval
     # the second evaluation is its own set, and the run keeps its training config
     assert set(sft["seeds"]["1"]["eval"]) == {"eval", "eval_second"} and sft["seeds"]["1"]["eval"]["eval_second"]["n"] == 2
@@ -336,6 +337,19 @@ def test_v2_report_per_variant_seed_and_evaluation_set(v2_runs):
     assert vs["variant"] == "dpo" and vs["seeds"] == [1] and "ci95" not in vs["by_set"]["eval"]  # one paired seed
     assert vs["by_set"]["eval"]["mcnemar_p"] == {"1": mcnemar_test(
         sum(sft_rows[i] and not dpo_rows[i] for i in sft_rows), sum(dpo_rows[i] and not sft_rows[i] for i in sft_rows))}
+    # the same two runs in the post hoc pairs, and the answer line's own paired test against the base
+    pair = summary["pairwise_post_hoc"]["eval"]["dpo vs sft"]
+    assert pair["p"] == vs["by_set"]["eval"]["mcnemar_p"]["1"] and pair["p_holm"] == pair["p"]  # one pair
+    rows = jsonl.read_records(runs / "dpo-seed1" / "eval" / "comparison.jsonl")
+    assert dpo["seeds"]["1"]["eval"]["eval"]["mcnemar_p_format"] == mcnemar_test(
+        sum(r["base"]["format_ok"] and not r["dpo"]["format_ok"] for r in rows),
+        sum(r["dpo"]["format_ok"] and not r["base"]["format_ok"] for r in rows))
+    # the method-level family: dpo (two seeds) vs the base, with its Holm value and a verdict
+    assert summary["method_family"] == {"eval": ["dpo - base"]}
+    vs_base = level["vs_base"]
+    assert vs_base["n_seeds"] == 2 and vs_base["verdict"] in ("higher", "lower", "inconclusive at this power")
+    assert vs_base["p_holm"] == vs_base["p"]  # a family of one (None when the seeds tie)
+    assert (vs_base["p"] is None) == (accs[0] == accs[1]) == bool(vs_base.get("no_spread"))
     # every evaluation file records what made its answers; the tuned one names its adapter's digest
     setting = json.loads((runs / "dpo-seed1" / "eval" / "dpo.jsonl.setting.json").read_text())
     assert "+ adapter " in setting["weights"] and setting["max_tokens"] == trained["sampler"]["max_new_tokens"]
