@@ -40,11 +40,11 @@ from typing import Any
 import numpy as np
 
 from jaxdebate.coherence import jsonl
+from jaxdebate.coherence.comparisons import (SELECTION_SEED, best_vs_sft, holm_by_set, method_family, pairwise,
+                                             seed_test, selection)
 from jaxdebate.coherence.evaluate import accuracy_summary
 from jaxdebate.coherence.results import eval_dirs
 from jaxdebate.errors import DataError
-from jaxdebate.coherence.comparisons import (SELECTION_SEED, best_vs_sft, holm_by_set, method_family, pairwise,
-                                             seed_test, selection)
 from jaxdebate.stats import paired_mcnemar, t_interval
 
 CURVES = (
