@@ -208,6 +208,16 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
+def holm_entries(entries: Sequence[dict[str, Any]]) -> None:
+    """Holm-adjust a family of result records in place: each entry's ``p`` becomes ``p_holm``; an
+    entry without a finite ``p`` (untested) is left out of the family and gets ``p_holm`` None."""
+    tested = [e for e in entries if e.get("p") is not None and math.isfinite(e["p"])]
+    for e, adjusted in zip(tested, holm([e["p"] for e in tested])):
+        e["p_holm"] = adjusted
+    for e in entries:
+        e.setdefault("p_holm", None)
+
+
 def blocked_anova(table: Mapping[str, Mapping[Hashable, float]]) -> dict[str, Any]:
     """Two-way ANOVA without replication of a strategy x seed table (``table[strategy][seed]``):
     the seed is a block (it fixes data order and sampling for every strategy), so its variation is

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from jaxdebate.stats import (
     blocked_anova,
     equivalence_test,
-    holm,
+    holm_entries,
     one_sample_t,
     paired_mcnemar,
     permutation_anova,
@@ -252,11 +252,7 @@ def _t_entry(values: Sequence[float]) -> dict[str, Any]:
 
 
 def _with_holm(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    tested = [e for e in entries if e["p"] is not None and math.isfinite(e["p"])]
-    for e, adjusted in zip(tested, holm([e["p"] for e in tested])):
-        e["p_holm"] = adjusted
-    for e in entries:
-        e.setdefault("p_holm", None)
+    holm_entries(entries)
     return entries
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jaxdebate.errors import DataError
-from jaxdebate.stats import holm, one_sample_t, paired_mcnemar
+from jaxdebate.stats import holm, holm_entries, one_sample_t, paired_mcnemar
 
 SELECTION_SEED = 1  # the seed whose held-out accuracy picks the variant that gets more seeds
 INCONCLUSIVE = "inconclusive at this power"
@@ -44,11 +44,8 @@ def item_test(first: Mapping[str, bool], second: Mapping[str, bool], what: str) 
 def with_holm(entries: Sequence[dict[str, Any]]) -> None:
     """Holm-adjust the family ``entries`` (each with ``p``; None is untested) in place: ``p_holm`` and
     a ``verdict`` — ``higher``/``lower`` where the adjusted p < 0.05, else :data:`INCONCLUSIVE`."""
-    tested = [e for e in entries if e.get("p") is not None]
-    for e, adjusted in zip(tested, holm([e["p"] for e in tested])):
-        e["p_holm"] = adjusted
+    holm_entries(entries)
     for e in entries:
-        e.setdefault("p_holm", None)
         significant = e["p_holm"] is not None and e["p_holm"] < 0.05
         e["verdict"] = ("higher" if e["mean_difference"] > 0 else "lower") if significant else INCONCLUSIVE
 
@@ -139,7 +136,6 @@ def pairwise(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
             test = item_test(a["items_tuned"][name], b["items_tuned"][name], f"{a['variant']} vs {b['variant']}, {name}")
             entries[f"{a['variant']} vs {b['variant']}"] = {"n": test["n"], f"only_{a['variant']}": test["only_first"],
                                                             f"only_{b['variant']}": test["only_second"], "p": test["p"]}
-        for e, adjusted in zip(entries.values(), holm([e["p"] for e in entries.values()])):
-            e["p_holm"] = adjusted
+        holm_entries(list(entries.values()))
         out[name] = entries
     return out
