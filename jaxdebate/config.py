@@ -65,7 +65,9 @@ class LaunchConfig(Section):
     ``training_devices`` is the learner's global device count (all processes of a multi-process run);
     ``sampling_devices`` are process 0's devices for the in-process sampler. On SLURM a run spans
     ``nodes`` x ``tasks_per_node`` tasks, one training process each (``jax.distributed``), each task
-    pinned to ``gpus_per_node / tasks_per_node`` GPUs.
+    pinned to ``gpus_per_node / tasks_per_node`` GPUs. ``deterministic_gpu_ops`` runs XLA's GPU
+    reductions in a fixed order (``--xla_gpu_deterministic_ops``), so one seed repeats on a GPU as it does
+    on a CPU, at some learner time (bench/README, fourth lease); it does nothing on a CPU.
     """
 
     _name: ClassVar[str] = "launch"
@@ -82,6 +84,7 @@ class LaunchConfig(Section):
     time_limit_minutes: int = 240
     nodes: int = 1
     tasks_per_node: int = 1
+    deterministic_gpu_ops: bool = True
 
     def validate(self) -> None:
         self._at_least(1, "training_devices", "sampling_devices", "cpus_per_task", "mem_gb", "time_limit_minutes",

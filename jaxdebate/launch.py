@@ -20,9 +20,13 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jaxdebate import distributed, host_memory
 from jaxdebate.errors import ConfigError, JaxDebateError, RunError
+
+if TYPE_CHECKING:
+    from jaxdebate.config import Config
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -75,6 +79,28 @@ def check_workdir(workdir: Path) -> None:
         raise ConfigError(f"--workdir {workdir} {what}")
 
 
+DETERMINISTIC_GPU_OPS = "--xla_gpu_deterministic_ops"
+
+
+def set_xla_flags(config: Config, environ: dict[str, str] | None = None) -> None:
+    """Add ``launch.deterministic_gpu_ops`` to ``XLA_FLAGS``; XLA reads the variable when JAX starts its
+    backend, so call this before any JAX work (``main`` does; the variable also reaches the processes
+    it starts). ConfigError when ``XLA_FLAGS`` already sets the flag the other way: the run would record
+    one setting and run with the other."""
+    environ = os.environ if environ is None else environ
+    want = config.launch.deterministic_gpu_ops
+    flags = environ.get("XLA_FLAGS", "").split()
+    for flag in flags:
+        name, eq, value = flag.partition("=")
+        if name == DETERMINISTIC_GPU_OPS:
+            given = not eq or value.lower() in ("true", "1")
+            if given != want:
+                raise ConfigError(f"XLA_FLAGS has {flag} but the config has launch.deterministic_gpu_ops={want}; "
+                                  f"drop the flag from XLA_FLAGS or --set launch.deterministic_gpu_ops={given}")
+            return
+    environ["XLA_FLAGS"] = " ".join([*flags, f"{DETERMINISTIC_GPU_OPS}={str(want).lower()}"])
+
+
 def enable_compilation_cache() -> None:
     """Keep XLA executables across runs (under ``$JAXDEBATE_CACHE/xla`` unless
     ``JAX_COMPILATION_CACHE_DIR`` is set): a run's first step otherwise recompiles what the last run
@@ -100,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.print_config:
             print(format_config(config))
             return EXIT_OK
+        set_xla_flags(config)
         check_workdir(workdir)
         group = distributed.detect(args.coordinator, args.num_processes, args.process_id)
     except ConfigError as e:

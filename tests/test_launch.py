@@ -272,3 +272,30 @@ def test_first_prompt_lengths_are_exact_or_a_lower_bound():
     # a 5 MB line without whitespace is judged from a bounded prefix too (tokenised whole, it took GBs)
     n, is_exact = got[4]
     assert not is_exact and n > 100
+
+
+def test_deterministic_gpu_ops_reach_xla_flags_and_a_contradiction_is_refused(monkeypatch, capsys):
+    from jaxdebate.config import Config
+    from jaxdebate.configlib import load_config
+    from jaxdebate.errors import ConfigError
+    from jaxdebate.launch import set_xla_flags
+
+    on = load_config("configs/coma.py", [], expected=Config)
+    off = load_config("configs/coma.py", ["launch.deterministic_gpu_ops=false"], expected=Config)
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    set_xla_flags(on, env)  # added after the user's own flags, which are kept
+    assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2 --xla_gpu_deterministic_ops=true"
+    set_xla_flags(on, env)  # already there and agreeing: unchanged
+    assert env["XLA_FLAGS"].count("deterministic") == 1
+    env = {}
+    set_xla_flags(off, env)
+    assert env["XLA_FLAGS"] == "--xla_gpu_deterministic_ops=false"
+    with pytest.raises(ConfigError, match="launch.deterministic_gpu_ops=True"):
+        set_xla_flags(on, {"XLA_FLAGS": "--xla_gpu_deterministic_ops=false"})
+    with pytest.raises(ConfigError, match="launch.deterministic_gpu_ops=False"):
+        set_xla_flags(off, {"XLA_FLAGS": "--xla_gpu_deterministic_ops"})  # a bare boolean flag means true
+
+    # through the CLI: refused before any compute, the field named; monkeypatch restores XLA_FLAGS
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_deterministic_ops=false")
+    assert main(["--config", "configs/coma.py", "--dry-run"]) == EXIT_CONFIG
+    assert "launch.deterministic_gpu_ops" in capsys.readouterr().err
