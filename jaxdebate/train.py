@@ -7,6 +7,8 @@ after the last completed step (what a checkpoint holds), and each step returns t
 from it exactly: the same data order, the same sampling seeds, the same sampler and reference weights.
 Ctrl-C / SIGTERM during sampling abandons the step in flight and checkpoints the last completed one;
 during the update it lets the step finish first. A second signal stops at once.
+Under ``training.sample_ahead`` the next step's debates are played while a step learns
+(:mod:`jaxdebate.rl.debate_source`); a stop drops them and a resume plays them again.
 
 Under ``jax.distributed`` (:mod:`jaxdebate.distributed`) every process runs this same loop over a
 global mesh: process 0 samples, grades, logs and writes metrics and hands each step's training
@@ -42,9 +44,10 @@ from jaxdebate.model.config import COMPUTE_FIELDS
 from jaxdebate.model.mesh import sampling_devices
 from jaxdebate.rl.batching import Sample, pack_samples, rows_cap_for, unpack_samples
 from jaxdebate.rl import config_history, run_state
+from jaxdebate.rl.debate_source import DebateSource
 from jaxdebate.rl.grpo import Learner
 from jaxdebate.rl.optim import all_finite, nonfinite_update
-from jaxdebate.rl.step import Layout, sampling_seed, training_samples, update
+from jaxdebate.rl.step import Layout, training_samples, update
 from jaxdebate.rl.preflight import check_prompts_fit
 from jaxdebate.rl.step_metrics import timing_metrics, train_metrics
 from jaxdebate.rl.timing import PhaseTimer
@@ -130,6 +133,8 @@ class Trainer:
         params, self.model_config = load(cfg.model.source, dtype=cfg.model.dtype, dot_dtype=cfg.model.dot_dtype,
                                          remat=cfg.model.remat)
         self.stream = ItemStream(train_items, cfg.training.train_batch_size, cfg.training.seed)
+        self.debates = DebateSource(self.stream, self._play if self.main else None)
+        self._served_early: tuple[int, object] | None = None  # (version, weights) pushed for a validation
         self.grader = Grader() if self.main else None
         epochs = cfg.loss.ppo_epochs
         self.learner = Learner(
@@ -266,17 +271,8 @@ class Trainer:
         try:
             if self.main and self._stop_requested:
                 raise _Stop
-            with timer("sampling"):
-                items = self.stream.next_batch()  # every process: the same data position and RNG
-                rng, seed = sampling_seed(run.rng)
-                batch = None
-                if self.main:
-                    batch = run_debates(
-                        self.sampler, self.tokenizer, items, config=cfg.debate,
-                        n_rollouts=cfg.training.generations_per_prompt,
-                        sampling=cfg.sampler.sampling_params(), grader=self.grader,
-                        env_name_remap=cfg.data.env_name_remap, seed=seed,
-                    )
+            with timer("sampling"):  # every process draws: the same data position and RNG
+                drawn = self.debates.take(run.rng)
         except _Stop:
             self._interruptible = False
             self._share(_STOP)
@@ -286,32 +282,73 @@ class Trainer:
             self._share(_ABORT)
             raise
         self._interruptible = False
+        batch, t = drawn.batch, cfg.training
+        sampler_stats = None  # read before the sampler plays ahead: its counters then move under us
+        if t.sample_ahead and run.step + 1 < t.total_train_steps:
+            # the next step's debates play while this one learns, on the weights due after the last step
+            sampler_stats = self.sampler.stats() if self.sampler is not None else {}
+            run = self._sync(run, run.step)
+            self.debates.start(drawn.rng)
 
         with timer("learning"):
             signal_ = training_samples(batch, cfg.shaping, cfg.loss) if batch is not None else None
             samples = self._share(_GO, signal_.samples if signal_ is not None else [])
             state, learned, layout = update(self.learner, run.train, samples, self.layout, self.mesh)
 
-        step, t = run.step + 1, cfg.training
-        run = dataclasses.replace(run, step=step, train=state, rng=rng, data=self.stream.state())
+        step = run.step + 1
+        run = dataclasses.replace(run, step=step, train=state, rng=drawn.rng, data=drawn.data)
         if step % t.hard_update_ref_every_steps == 0:
             run = dataclasses.replace(run, train=self.learner.hard_update_reference(run.train), ref_version=step)
-        if step % t.export_every_steps == 0:
-            with timer("sync"):
-                source = jax.tree.map(jnp.copy, run.train.params)
-                if self.sampler is not None:
-                    self.sampler.update_weights(self._served(source), step)
-                run = dataclasses.replace(run, sampler_source=source, sampler_version=step)
+        if not self.debates.ahead:  # else at the next step's start, after the debates in flight
+            run = self._sync(run, step)
 
         metrics = {} if batch is None else train_metrics(
             batch, reward=signal_.reward, filters=signal_.filters, advantages=signal_.advantages,
             learner=learned, layout=layout, updated=bool(samples) and nonfinite_update(learned) is None,
             step=step, sampler_version=run.sampler_version, ref_version=run.ref_version,
-            sampler_stats=self.sampler.stats(),
+            sampler_stats=self.sampler.stats() if sampler_stats is None else sampler_stats,
         )
         return StepResult(run, metrics, seconds=time.perf_counter() - step_start,
                           sampled_tokens=float(batch.stats.get("completion_tokens", 0)) if batch is not None else 0.0,
                           learner_tokens=float(layout.get("sequence_tokens", 0)))
+
+    def _play(self, items, seed: int):
+        """Process 0's debates of ``items`` on the sampler, graded (a step's, or the next one's ahead)."""
+        cfg = self.config
+        return run_debates(self.sampler, self.tokenizer, items, config=cfg.debate,
+                           n_rollouts=cfg.training.generations_per_prompt, sampling=cfg.sampler.sampling_params(),
+                           grader=self.grader, env_name_remap=cfg.data.env_name_remap, seed=seed)
+
+    def _sync(self, run: run_state.RunState, version: int) -> run_state.RunState:
+        """The run with the sampler serving the policy after step ``version``, when that step is an
+        export step newer than what it serves (``run.train.params`` must be that policy). A copy is
+        served: the next update donates the policy's arrays."""
+        if version == 0 or version % self.config.training.export_every_steps or run.sampler_version >= version:
+            return run
+        with self.timer("sync"):
+            early, self._served_early = self._served_early, None
+            if early is not None and early[0] == version:  # pushed already, for a validation
+                source = early[1]
+            else:
+                source = jax.tree.map(jnp.copy, run.train.params)
+                if self.sampler is not None:
+                    self.sampler.update_weights(self._served(source), version)
+        return dataclasses.replace(run, sampler_source=source, sampler_version=version)
+
+    def _serve_for_validation(self) -> None:
+        """Under ``training.sample_ahead`` the sync of an export step waits for the next step; a
+        validation after it gets the weights now, once the debates in flight are done, as an
+        on-policy run's would (``run_state`` keeps the weights those debates were played on, which
+        a resume plays them on again)."""
+        run, every = self.run_state, self.config.training.export_every_steps
+        if not self.debates.ahead or run.step % every or run.sampler_version >= run.step:
+            return
+        self.debates.settle()
+        if self._served_early is None or self._served_early[0] != run.step:
+            with self.timer("sync"):
+                source = jax.tree.map(jnp.copy, run.train.params)
+                self.sampler.update_weights(self._served(source), run.step)
+            self._served_early = (run.step, source)
 
     def _share(self, signal_: int, samples: list[Sample] | None = None) -> list[Sample]:
         """Process 0's samples of this step on every process (a multi-process run; one process: as
@@ -335,13 +372,15 @@ class Trainer:
     def _validate(self) -> dict[str, float]:
         if not self.main:
             return {}
+        self._serve_for_validation()
+        self.debates.settle()  # the sampler is the validation's alone
         run = self.run_state
         with self.timer("validation"):
             metrics = validation_plan.run(
                 run.step, self.config, self.sampler, self.tokenizer, self.grader, self.val_items,
                 self.transfer_items, sampling=self.config.sampler.sampling_params(evaluation=True),
                 workdir=self.workdir)
-        return {**metrics, "val/weight_version": float(run.sampler_version)} if metrics else {}
+        return {**metrics, "val/weight_version": float(self.sampler.weight_version)} if metrics else {}
 
     # --------------------------------------------------------------------------------------- run
 
@@ -422,7 +461,7 @@ class Trainer:
         return RunResult(step=step, status=status, metrics=last, workdir=self.workdir)
 
     def _close(self) -> None:
-        for name in ("writer", "sampler", "grader", "checkpointer"):
+        for name in ("debates", "writer", "sampler", "grader", "checkpointer"):
             obj = getattr(self, name, None)
             if obj is not None:
                 try:

@@ -111,7 +111,11 @@ class TrainingConfig(Section):
     stop the run with an error naming the step and the metric; ``idle_warning_steps`` steps in a row
     without an update are reported once, with the reason (0: never). ``reuse_initial_validation``: step
     0's validation of the base model is cached and reused by every run that would compute the same
-    (:mod:`jaxdebate.rl.validation_plan`).
+    (:mod:`jaxdebate.rl.validation_plan`). ``sample_ahead`` plays the next step's debates on a worker
+    thread while this step learns, on the weights the sampler held before the step: one step
+    off-policy (the loss's truncated importance weight corrects for it), and the sampler and the
+    learner busy at once; it pays where they do not share the cores (a GPU learner, a vLLM server on
+    other devices), and it is off in the committed configs.
     """
 
     _name: ClassVar[str] = "training"
@@ -132,6 +136,7 @@ class TrainingConfig(Section):
     nonfinite_patience: int = 3
     reuse_initial_validation: bool = True
     idle_warning_steps: int = 3
+    sample_ahead: bool = False
 
     def validate(self) -> None:
         self._at_least(
