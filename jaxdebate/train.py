@@ -283,12 +283,19 @@ class Trainer:
             raise
         self._interruptible = False
         batch, t = drawn.batch, cfg.training
-        sampler_stats = None  # read before the sampler plays ahead: its counters then move under us
-        if t.sample_ahead and run.step + 1 < t.total_train_steps:
-            # the next step's debates play while this one learns, on the weights due after the last step
-            sampler_stats = self.sampler.stats() if self.sampler is not None else {}
-            run = self._sync(run, run.step)
-            self.debates.start(drawn.rng)
+        sampler_stats = None
+        if t.sample_ahead:
+            # the sync due after the last step, made now that its debates are in; then the next
+            # step's debates play on those weights while this one learns
+            early = self._served_early is not None and self._served_early[0] == run.step
+            synced = self._sync(run, run.step)
+            if self.sampler is not None:  # read before the sampler plays ahead: its counters move then
+                sampler_stats = self.sampler.stats()
+                if synced.sampler_version != run.sampler_version and not early:  # log this step's sync
+                    sampler_stats = {**sampler_stats, "sync/version": run.step + 1}
+            run = synced
+            if run.step + 1 < t.total_train_steps:
+                self.debates.start(drawn.rng)
 
         with timer("learning"):
             signal_ = training_samples(batch, cfg.shaping, cfg.loss) if batch is not None else None
@@ -347,7 +354,8 @@ class Trainer:
         if self._served_early is None or self._served_early[0] != run.step:
             with self.timer("sync"):
                 source = jax.tree.map(jnp.copy, run.train.params)
-                self.sampler.update_weights(self._served(source), run.step)
+                if self.sampler is not None:
+                    self.sampler.update_weights(self._served(source), run.step)
             self._served_early = (run.step, source)
 
     def _share(self, signal_: int, samples: list[Sample] | None = None) -> list[Sample]:
@@ -370,9 +378,9 @@ class Trainer:
         return unpack_samples(got) if "advantage" in got else []
 
     def _validate(self) -> dict[str, float]:
+        self._serve_for_validation()  # every process: the copy of a global array is made by all
         if not self.main:
             return {}
-        self._serve_for_validation()
         self.debates.settle()  # the sampler is the validation's alone
         run = self.run_state
         with self.timer("validation"):
@@ -455,13 +463,17 @@ class Trainer:
                 for s, h in previous_handlers.items():
                     signal.signal(s, h)
             self.timer.close()
-            self._close()
-            lock.release()
+            try:
+                self._close()
+            finally:
+                lock.release()
         step = self.run_state.step if self.run_state is not None else 0
         return RunResult(step=step, status=status, metrics=last, workdir=self.workdir)
 
     def _close(self) -> None:
-        for name in ("debates", "writer", "sampler", "grader", "checkpointer"):
+        # the sampler before the debates played ahead: a job still in flight (a stop, an error) then
+        # fails at its next request instead of finishing its batch; the grader after them
+        for name in ("writer", "sampler", "debates", "grader", "checkpointer"):
             obj = getattr(self, name, None)
             if obj is not None:
                 try:

@@ -81,10 +81,9 @@ class DebateSource:
             concurrent.futures.wait([self._ahead[0]])
 
     def close(self) -> None:
-        """Drop a draw made ahead, after its debates finish (they use the sampler, which is closed
-        next); their error, if any, is dropped with them."""
-        self.settle()
+        """Drop a draw made ahead and wait for its worker to end (close the sampler first, and a job
+        still playing fails at its next request); its result or error is dropped with it."""
         self._ahead = None
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

@@ -399,6 +399,7 @@ class VLLMSampler:
             try:
                 return call()
             except ServerUnavailable as e:
+                self._check_open()  # closed while a request was in flight (a trainer stopping): no restart
                 cause = None if self.server.external else self.server.root_cause()
                 if cause is not None and cause == last_cause:  # a restart did not help: it will not
                     raise SamplerError(f"{what} failed: the vLLM server fails the same way after a restart: "
