@@ -289,13 +289,13 @@ class Trainer:
             # step's debates play on those weights while this one learns
             early = self._served_early is not None and self._served_early[0] == run.step
             synced = self._sync(run, run.step)
-            if self.sampler is not None:  # read before the sampler plays ahead: its counters move then
-                sampler_stats = self.sampler.stats()
-                if synced.sampler_version != run.sampler_version and not early:  # log this step's sync
-                    sampler_stats = {**sampler_stats, "sync/version": run.step + 1}
-            run = synced
             if run.step + 1 < t.total_train_steps:
+                if self.sampler is not None:  # read before the sampler plays ahead: its counters move then
+                    sampler_stats = self.sampler.stats()
+                    if synced.sampler_version != run.sampler_version and not early:  # log this step's sync
+                        sampler_stats = {**sampler_stats, "sync/version": run.step + 1}
                 self.debates.start(drawn.rng)
+            run = synced
 
         with timer("learning"):
             signal_ = training_samples(batch, cfg.shaping, cfg.loss) if batch is not None else None
