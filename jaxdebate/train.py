@@ -332,15 +332,21 @@ class Trainer:
         served: the next update donates the policy's arrays."""
         if version == 0 or version % self.config.training.export_every_steps or run.sampler_version >= version:
             return run
-        with self.timer("sync"):
-            early, self._served_early = self._served_early, None
-            if early is not None and early[0] == version:  # pushed already, for a validation
-                source = early[1]
-            else:
-                source = jax.tree.map(jnp.copy, run.train.params)
-                if self.sampler is not None:
-                    self.sampler.update_weights(self._served(source), version)
+        early, self._served_early = self._served_early, None
+        if early is not None and early[0] == version:  # pushed already, for a validation
+            source = early[1]
+        else:
+            source = self._push(run.train.params, version)
         return dataclasses.replace(run, sampler_source=source, sampler_version=version)
+
+    def _push(self, params, version: int):
+        """A copy of ``params`` (the next update donates the policy's arrays), served by the sampler
+        (process 0) as ``version``; the copy."""
+        with self.timer("sync"):
+            source = jax.tree.map(jnp.copy, params)
+            if self.sampler is not None:
+                self.sampler.update_weights(self._served(source), version)
+        return source
 
     def _serve_for_validation(self) -> None:
         """Under ``training.sample_ahead`` the sync of an export step waits for the next step; a
@@ -352,11 +358,7 @@ class Trainer:
             return
         self.debates.settle()
         if self._served_early is None or self._served_early[0] != run.step:
-            with self.timer("sync"):
-                source = jax.tree.map(jnp.copy, run.train.params)
-                if self.sampler is not None:
-                    self.sampler.update_weights(self._served(source), run.step)
-            self._served_early = (run.step, source)
+            self._served_early = (run.step, self._push(run.train.params, run.step))
 
     def _share(self, signal_: int, samples: list[Sample] | None = None) -> list[Sample]:
         """Process 0's samples of this step on every process (a multi-process run; one process: as
