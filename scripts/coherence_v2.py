@@ -3,6 +3,7 @@
     .venv/bin/python scripts/coherence_v2.py                              # every variant at seed 1
     .venv/bin/python scripts/coherence_v2.py --variants dpo sft --seeds 2 3
     .venv/bin/python scripts/coherence_v2.py --variants dpo sft --seeds 1 2 3 --platinum   # + GSM8K-Platinum
+    .venv/bin/python scripts/coherence_v2.py --variants rpo sft --seeds 1 2 3 --platinum --platinum-sampler vllm
     .venv/bin/python scripts/coherence_v2.py --deadline 2026-11-27T08:25   # begin nothing that ends later
 
 A run is ``runs/coherence_v2/<variant>-seed<k>``: ``python -m jaxdebate.coherence all --config
@@ -10,7 +11,8 @@ configs/coherence_v2.py`` with the variant's overrides (``configs/coherence_v2.V
 ``dpo.seed=k``; the first one collects the shared rollouts, the others reuse them. A run whose
 evaluation is written is skipped; ``--platinum`` then evaluates it on all 1,209 GSM8K-Platinum items
 (``eval_platinum/``, 256 new tokens as in the first coherence study: its word problems need more than
-the 48 of arithmetic) unless that is written too. The base model's answers are the same in every run
+the 48 of arithmetic) unless that is written too; ``--platinum-sampler vllm`` decodes it on the vLLM CPU server
+in fp32 instead of the JAX sampler (the same texts, 1.25x faster on Zen 3: bench/README "GSM8K-Platinum"). The base model's answers are the same in every run
 (the same items, weights, decoder, budget and format, which ``<eval dir>/base.jsonl.setting.json``
 records), so a new run starts from a finished run's ``base.jsonl`` made by this machine's decoder
 instead of decoding them again. A run that fails
@@ -116,6 +118,12 @@ def seed_runs() -> None:
 
 
 PLATINUM = ["data.eval=gsm8k_platinum", "eval.dir=eval_platinum", "sampler.max_new_tokens=256"]
+# what decodes GSM8K-Platinum (--platinum-sampler): the config's in-process JAX sampler in fp32, or the
+# vLLM CPU server pinned to fp32 (`auto` would pick bf16 on CPUs with avx512_bf16: another precision)
+PLATINUM_SAMPLERS: dict[str, list[str]] = {
+    "jax": [],
+    "vllm": ["sampler.backend=vllm", "sampler.vllm.dtype=float32"],
+}
 
 
 def coherence(stage: str, workdir: str, overrides: list[str]) -> bool:
@@ -161,12 +169,13 @@ def fits(run: str, stages: tuple[str, ...], deadline: float | None) -> bool:
     return False
 
 
-def this_decoder() -> str:
-    """The decoder the runs here will evaluate with (``sampling.factory.decoder`` of the config)."""
+def this_decoder(overrides: list[str] = ()) -> str:
+    """The decoder the runs here will evaluate with (``sampling.factory.decoder`` of the config with
+    ``overrides``)."""
     from jaxdebate.configlib import load_config
     from jaxdebate.sampling.factory import decoder
 
-    config = load_config(ROOT / CONFIG)
+    config = load_config(ROOT / CONFIG, overrides)
     return decoder(config.sampler, config.model.dtype)
 
 
@@ -189,10 +198,13 @@ def seed_base_rows(workdir: Path, eval_dir: str, decoder: str) -> None:
             return
 
 
-def run_all(variants: list[str], seeds: list[int], *, platinum: bool, deadline: float | None) -> list[str]:
-    """Each variant at each seed, skipping what is written, the report after every run; stops before a
-    run that would end past ``deadline``. Returns the failed runs."""
+def run_all(variants: list[str], seeds: list[int], *, platinum: str | None, deadline: float | None) -> list[str]:
+    """Each variant at each seed, skipping what is written, the report after every run; ``platinum``
+    names the sampler of a GSM8K-Platinum evaluation (None: none); stops before a run that would end
+    past ``deadline``. Returns the failed runs."""
     decoder = this_decoder()
+    platinum_sets = [*PLATINUM, *PLATINUM_SAMPLERS[platinum]] if platinum else []
+    platinum_decoder = this_decoder(platinum_sets) if platinum else None
     failed = []
     for name in variants:
         for seed in seeds:
@@ -200,7 +212,7 @@ def run_all(variants: list[str], seeds: list[int], *, platinum: bool, deadline: 
             workdir = f"{RUNS}/{run}"
             overrides = [f"variant={name}", f"dpo.seed={seed}", *VARIANTS[name]]
             train = not (ROOT / workdir / "eval" / "summary.json").is_file()
-            also_platinum = platinum and not (ROOT / workdir / "eval_platinum" / "summary.json").is_file()
+            also_platinum = bool(platinum) and not (ROOT / workdir / "eval_platinum" / "summary.json").is_file()
             stages = ("train", "eval") * train + ("eval_platinum",) * also_platinum
             if stages and not fits(run, stages, deadline):
                 return failed
@@ -209,8 +221,8 @@ def run_all(variants: list[str], seeds: list[int], *, platinum: bool, deadline: 
                 seed_base_rows(ROOT / workdir, "eval", decoder)
                 ok = coherence("all", workdir, overrides)
             if ok and also_platinum:
-                seed_base_rows(ROOT / workdir, "eval_platinum", decoder)
-                ok = coherence("eval", workdir, [*overrides, *PLATINUM])
+                seed_base_rows(ROOT / workdir, "eval_platinum", platinum_decoder)
+                ok = coherence("eval", workdir, [*overrides, *platinum_sets])
             save_rollouts()
             if not ok:
                 failed.append(run)
@@ -227,6 +239,9 @@ def main() -> int:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[1])
     parser.add_argument("--platinum", action="store_true", help="also evaluate on all of GSM8K-Platinum")
+    parser.add_argument("--platinum-sampler", choices=list(PLATINUM_SAMPLERS), default="jax",
+                        help="what decodes GSM8K-Platinum: the in-process JAX sampler (the config's) or the vLLM "
+                             "CPU server, both in fp32 (default: %(default)s)")
     parser.add_argument("--save-rollouts", action="store_true",
                         help=f"only write the rollouts collected so far to {RESULTS}/rollouts.jsonl.gz")
     parser.add_argument("--deadline", default=None, metavar="WHEN",
@@ -243,7 +258,7 @@ def main() -> int:
         return 0
     restore_rollouts()
     seed_runs()
-    failed = run_all(args.variants, args.seeds, platinum=args.platinum, deadline=deadline)
+    failed = run_all(args.variants, args.seeds, platinum=args.platinum_sampler if args.platinum else None, deadline=deadline)
     if failed:
         print(f"[coherence-v2] failed: {', '.join(failed)}", flush=True)
     return 1 if failed else 0

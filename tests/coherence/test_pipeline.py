@@ -530,3 +530,16 @@ def test_v2_driver_begins_no_run_that_would_end_past_the_deadline(v2_runs, tmp_p
     assert not driver.fits("rpo-seed1", both, time.time() + longest - 1)
     assert "rpo-seed1: not begun" in capsys.readouterr().out
     assert driver.fits("new-seed1", ("eval_platinum",), time.time())  # no estimate yet: begun
+
+
+def test_v2_driver_platinum_sampler_is_recorded_as_its_decoder(tmp_path, monkeypatch):
+    """--platinum-sampler vllm evaluates through the vLLM server pinned to fp32, and base answers are
+    reused only from runs whose setting names that decoder (not the JAX sampler's)."""
+    driver = _driver(tmp_path, monkeypatch)
+    monkeypatch.setattr(driver, "ROOT", ROOT)  # the real configs/coherence_v2.py
+    jax = driver.this_decoder([*driver.PLATINUM, *driver.PLATINUM_SAMPLERS["jax"]])
+    assert jax.startswith("jax float32 on cpu") and jax == driver.this_decoder()
+    if not (ROOT / ".venv-vllm" / "bin" / "python").is_file():
+        pytest.skip("no .venv-vllm (scripts/install_vllm.sh): the vLLM decoder cannot be named")
+    vllm = driver.this_decoder([*driver.PLATINUM, *driver.PLATINUM_SAMPLERS["vllm"]])
+    assert vllm.startswith("vllm float32 on a local CPU server") and vllm != jax
