@@ -169,7 +169,7 @@ def fits(run: str, stages: tuple[str, ...], deadline: float | None) -> bool:
     return False
 
 
-def this_decoder(overrides: list[str] = ()) -> str:
+def this_decoder(overrides: tuple[str, ...] | list[str] = ()) -> str:
     """The decoder the runs here will evaluate with (``sampling.factory.decoder`` of the config with
     ``overrides``)."""
     from jaxdebate.configlib import load_config
