@@ -117,12 +117,13 @@ def seed_runs() -> None:
             print(f"[coherence-v2] {run.name}: finished in an earlier session, from {RESULTS}/runs", flush=True)
 
 
-PLATINUM = ["data.eval=gsm8k_platinum", "eval.dir=eval_platinum", "sampler.max_new_tokens=256"]
-# what decodes GSM8K-Platinum (--platinum-sampler): the config's in-process JAX sampler in fp32, or the
-# vLLM CPU server pinned to fp32 (`auto` would pick bf16 on CPUs with avx512_bf16: another precision)
-PLATINUM_SAMPLERS: dict[str, list[str]] = {
-    "jax": [],
-    "vllm": ["sampler.backend=vllm", "sampler.vllm.dtype=float32"],
+_PLATINUM = ["data.eval=gsm8k_platinum", "eval.dir=eval_platinum", "sampler.max_new_tokens=256"]
+# the GSM8K-Platinum evaluation's overrides by what decodes it (--platinum-sampler): the config's
+# in-process JAX sampler in fp32, or the vLLM CPU server pinned to fp32 (`auto` would pick bf16 on CPUs
+# with avx512_bf16: another precision)
+PLATINUM: dict[str, list[str]] = {
+    "jax": _PLATINUM,
+    "vllm": [*_PLATINUM, "sampler.backend=vllm", "sampler.vllm.dtype=float32"],
 }
 
 
@@ -203,8 +204,8 @@ def run_all(variants: list[str], seeds: list[int], *, platinum: str | None, dead
     names the sampler of a GSM8K-Platinum evaluation (None: none); stops before a run that would end
     past ``deadline``. Returns the failed runs."""
     decoder = this_decoder()
-    platinum_sets = [*PLATINUM, *PLATINUM_SAMPLERS[platinum]] if platinum else []
-    platinum_decoder = this_decoder(platinum_sets) if platinum else None
+    platinum_sets = PLATINUM[platinum] if platinum else []
+    platinum_decoder = this_decoder(platinum_sets)
     failed = []
     for name in variants:
         for seed in seeds:
@@ -239,7 +240,7 @@ def main() -> int:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[1])
     parser.add_argument("--platinum", action="store_true", help="also evaluate on all of GSM8K-Platinum")
-    parser.add_argument("--platinum-sampler", choices=list(PLATINUM_SAMPLERS), default="jax",
+    parser.add_argument("--platinum-sampler", choices=list(PLATINUM), default="jax",
                         help="what decodes GSM8K-Platinum: the in-process JAX sampler (the config's) or the vLLM "
                              "CPU server, both in fp32 (default: %(default)s)")
     parser.add_argument("--save-rollouts", action="store_true",

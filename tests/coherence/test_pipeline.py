@@ -533,13 +533,13 @@ def test_v2_driver_begins_no_run_that_would_end_past_the_deadline(v2_runs, tmp_p
 
 
 def test_v2_driver_platinum_sampler_is_recorded_as_its_decoder(tmp_path, monkeypatch):
-    """--platinum-sampler vllm evaluates through the vLLM server pinned to fp32, and base answers are
-    reused only from runs whose setting names that decoder (not the JAX sampler's)."""
+    """--platinum-sampler vllm evaluates through the vLLM server pinned to fp32, a decoder of its own,
+    so base answers the JAX sampler wrote are not reused for it (seed_base_rows compares decoders)."""
     driver = _driver(tmp_path, monkeypatch)
     monkeypatch.setattr(driver, "ROOT", ROOT)  # the real configs/coherence_v2.py
-    jax = driver.this_decoder([*driver.PLATINUM, *driver.PLATINUM_SAMPLERS["jax"]])
+    jax = driver.this_decoder(driver.PLATINUM["jax"])
     assert jax.startswith("jax float32 on cpu") and jax == driver.this_decoder()
     if not (ROOT / ".venv-vllm" / "bin" / "python").is_file():
         pytest.skip("no .venv-vllm (scripts/install_vllm.sh): the vLLM decoder cannot be named")
-    vllm = driver.this_decoder([*driver.PLATINUM, *driver.PLATINUM_SAMPLERS["vllm"]])
+    vllm = driver.this_decoder(driver.PLATINUM["vllm"])
     assert vllm.startswith("vllm float32 on a local CPU server") and vllm != jax
