@@ -27,8 +27,10 @@ archive (another collection) stops the driver before anything runs: the archive 
 another collection. Finished runs are kept in git too (``results/coherence-v2/runs/``, each in its own
 layout less its weights; :func:`jaxdebate.coherence.report.keep_run`), and a new machine's
 ``runs/coherence_v2/`` is seeded from them, so a run finished in an earlier session is skipped and
-reported, not re-run. Its adapter is not kept: a GSM8K-Platinum evaluation of such a run needs the run
-re-made (delete its directory under ``runs/``; same config and seed). Only this driver restores and
+reported, not re-run. The final models' runs (the selected variant's and SFT's) keep their adapter there
+too; a ``--platinum`` evaluation of a kept run without one (kept before adapters were) re-makes the run
+first (same config and seed) and says whether the re-made adapter is the committed run's, byte for byte
+(its digest is in the evaluation's setting; ``remade.json``). Only this driver restores and
 seeds: a bare ``python -m jaxdebate.coherence all --config configs/coherence_v2.py`` in a fresh checkout
 would collect anew.
 
@@ -199,6 +201,49 @@ def seed_base_rows(workdir: Path, eval_dir: str, decoder: str) -> None:
             return
 
 
+def set_aside(workdir: Path) -> Path:
+    """Move a kept run out of the runs directory (where the report would read it as a second run) before
+    it is re-made; returns where it went."""
+    aside = ROOT / f"{RUNS}_set_aside" / workdir.name
+    if aside.exists():
+        shutil.rmtree(aside)
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    workdir.rename(aside)
+    print(f"[coherence-v2] {workdir.name}: kept without its adapter; re-made (the kept run is in {aside})", flush=True)
+    return aside
+
+
+def put_back(workdir: Path, kept: Path) -> None:
+    """A re-make that failed: the kept run goes back where it was (the partial one is dropped)."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    kept.rename(workdir)
+
+
+def compare_remade(workdir: Path, kept: Path) -> None:
+    """Whether the re-made run's adapter is the kept run's (the digest its evaluation recorded) and its
+    evaluation answers the same; written to ``workdir/remade.json`` and said. Another adapter is no
+    failure (the re-made run replaces the kept one, same config and seed; the report shows its figures),
+    but it is said and recorded."""
+    def setting(run: Path) -> dict:
+        return json.loads((run / "eval" / "dpo.jsonl.setting.json").read_text())
+
+    def answers(run: Path) -> list[str]:
+        return [r["dpo"]["text"] for r in map(json.loads, (run / "eval" / "comparison.jsonl").read_text().splitlines())]
+
+    old, new = answers(kept), answers(workdir)
+    record = {
+        "kept_weights": setting(kept).get("weights"), "remade_weights": setting(workdir).get("weights"),
+        "kept_commit": json.loads((kept / "stages" / "train.json").read_text())["provenance"]["commit"],
+        "answers": len(new), "answers_differing": sum(a != b for a, b in zip(old, new)) + abs(len(old) - len(new)),
+    }
+    record["same_adapter"] = record["kept_weights"] == record["remade_weights"]
+    (workdir / "remade.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(f"[coherence-v2] {workdir.name} re-made: " + (
+        "the same adapter, byte for byte" if record["same_adapter"] else
+        f"ANOTHER adapter than the kept run's ({record['kept_weights']} then, {record['remade_weights']} now)")
+        + f"; {record['answers_differing']} of {record['answers']} evaluation answers differ", flush=True)
+
+
 def run_all(variants: list[str], seeds: list[int], *, platinum: str | None, deadline: float | None) -> list[str]:
     """Each variant at each seed, skipping what is written, the report after every run; ``platinum``
     names the sampler of a GSM8K-Platinum evaluation (None: none); stops before a run that would end
@@ -212,15 +257,21 @@ def run_all(variants: list[str], seeds: list[int], *, platinum: str | None, dead
             run = f"{name}-seed{seed}"
             workdir = f"{RUNS}/{run}"
             overrides = [f"variant={name}", f"dpo.seed={seed}", *VARIANTS[name]]
-            train = not (ROOT / workdir / "eval" / "summary.json").is_file()
             also_platinum = bool(platinum) and not (ROOT / workdir / "eval_platinum" / "summary.json").is_file()
+            evaluated = (ROOT / workdir / "eval" / "summary.json").is_file()
+            # a kept run without its adapter cannot be evaluated again: it is re-made, then compared
+            remake = evaluated and also_platinum and not (ROOT / workdir / "adapter").is_dir()
+            train = not evaluated or remake
             stages = ("train", "eval") * train + ("eval_platinum",) * also_platinum
             if stages and not fits(run, stages, deadline):
                 return failed
             ok = True
             if train:
+                kept = set_aside(ROOT / workdir) if remake else None
                 seed_base_rows(ROOT / workdir, "eval", decoder)
                 ok = coherence("all", workdir, overrides)
+                if kept is not None:
+                    compare_remade(ROOT / workdir, kept) if ok else put_back(ROOT / workdir, kept)
             if ok and also_platinum:
                 seed_base_rows(ROOT / workdir, "eval_platinum", platinum_decoder)
                 ok = coherence("eval", workdir, [*overrides, *platinum_sets])

@@ -19,7 +19,9 @@ seed (``dpo.seed``). Written to ``--out``:
 * ``epoch_curves.png`` — held-out accuracy, format rate, pair loss and accuracy, and the chosen and
   rejected log-prob displacement per epoch, one line per variant (mean over its seeds);
 * ``runs/<variant>-seed<k>/`` — each run in its own layout, less its weights (:func:`keep_run`): a
-  run the report reads again, e.g. on another machine.
+  run the report reads again, e.g. on another machine; the final models' runs (:func:`final_variants`:
+  the selected variant and SFT) keep their LoRA adapter too, so a second evaluation set (GSM8K-Platinum)
+  can evaluate them on another machine without training them again.
 
 ``warnings`` in ``summary.json`` names runs that should not be compared as they are: base answers that
 differ, pairs from different rollouts files (or runs that do not say which), rollouts or evaluation
@@ -347,22 +349,32 @@ def export(paths: Iterable[str | Path], out_dir: str | Path) -> Path:
     summary["plots"] = [p.name for p in [plot_curves(summary, out / "epoch_curves.png")] if p is not None]
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "table.md").write_text(format_table(summary) + "\n")
+    final = final_variants(summary)
     for rec in records:
         src, dst = Path(rec["workdir"]), out / "runs" / f"{rec['variant']}-seed{rec['seed']}"
         if src.resolve() != dst.resolve():
-            keep_run(src, dst)
+            keep_run(src, dst, adapter=rec["variant"] in final)
     return out
 
 
-def keep_run(src: Path, dst: Path) -> None:
+def final_variants(summary: Mapping[str, Any]) -> set[str]:
+    """The variants whose models are final (issue 28: the selected preference variant and the SFT
+    baseline, each at three seeds): the ones a second evaluation set is run on."""
+    return {"sft", *([summary["selection"]["variant"]] if summary.get("selection") else [])}
+
+
+def keep_run(src: Path, dst: Path, *, adapter: bool = False) -> None:
     """Copy what :func:`run_record` reads of a finished run, in the run's own layout, so the copy is a
     run the report (and ``scripts/coherence_v2.py``, which seeds a new machine's ``runs/`` from it)
     reads like the original: config, pairs summary, stage records (commit, machine), training summary
     and epoch log, and per evaluation set its summary, the side-by-side answers (the transcripts) and
-    what made them (``*.setting.json``). Not the adapter, checkpoints or pairs (megabytes; a run is
-    re-made from its config, seed and the committed rollouts)."""
-    names = ["config.json", "pairs_summary.json", "train/summary.json", "train/epochs.jsonl",
+    what made them (``*.setting.json``), and whether it was re-made (``remade.json``). Not the checkpoints
+    or pairs (megabytes; a run is re-made from its config, seed and the committed rollouts), nor the
+    adapter unless ``adapter`` (a final model's: ~7 MB, cheaper to keep than the ~45 min to re-make)."""
+    names = ["config.json", "pairs_summary.json", "remade.json", "train/summary.json", "train/epochs.jsonl",
              *(p.relative_to(src).as_posix() for p in sorted(src.glob("stages/*.json")))]
+    if adapter:
+        names += [p.relative_to(src).as_posix() for p in sorted(src.glob("adapter/*"))]  # PEFT format
     for ev in eval_dirs(src):
         names += [f"{ev.name}/{p.name}" for p in sorted(ev.iterdir())
                   if p.name in ("summary.json", "comparison.jsonl", "config.json") or p.name.endswith(".setting.json")]

@@ -408,10 +408,11 @@ def test_v2_report_warns_when_runs_mix_rollouts_or_decoders(v2_runs, tmp_path):
 
 def test_v2_results_are_runs_the_report_reads_again(v2_runs, tmp_path):
     """The committed copy of each run (report.keep_run) is itself a run: the report over the copies
-    gives the same figures as over the originals (what a new machine's driver starts from)."""
+    gives the same figures as over the originals (what a new machine's driver starts from); the final
+    models' copies hold their adapter."""
     from jaxdebate.coherence import report
 
-    root, _ = v2_runs
+    root, runs = v2_runs
     first = json.loads((root / "results" / "summary.json").read_text())
     assert report.main([str(root / "results" / "runs"), "--out", str(tmp_path / "again")]) == 0
     again = json.loads((tmp_path / "again" / "summary.json").read_text())
@@ -422,8 +423,14 @@ def test_v2_results_are_runs_the_report_reads_again(v2_runs, tmp_path):
 
     assert figures(again) == figures(first) and again["base"] == first["base"]
     assert again["mcnemar_p_holm"] == first["mcnemar_p_holm"] and again["selection"] == first["selection"]
-    kept = root / "results" / "runs" / "dpo-seed1"
-    assert (kept / "eval" / "comparison.jsonl").is_file() and not (kept / "adapter").exists()
+    # the final models (the selected variant, here dpo, and sft) keep their adapter, byte for byte
+    assert report.final_variants(first) == {"dpo", "sft"}
+    for run in ("dpo-seed1", "dpo-seed2", "sft-seed1"):
+        for name in ("adapter_config.json", "adapter_model.safetensors"):
+            kept = root / "results" / "runs" / run / "adapter" / name
+            assert kept.read_bytes() == (runs / run / "adapter" / name).read_bytes()
+    report.keep_run(runs / "dpo-seed1", tmp_path / "bare")  # any other run: no weights
+    assert (tmp_path / "bare" / "eval" / "comparison.jsonl").is_file() and not (tmp_path / "bare" / "adapter").exists()
 
 
 def _driver(tmp_path, monkeypatch):
@@ -501,6 +508,43 @@ def test_v2_driver_seeds_a_new_machine_from_the_committed_runs(v2_runs, tmp_path
     driver.seed_base_rows(tmp_path / "runs" / "new-seed1", "eval", made_by)
     assert (tmp_path / "runs" / "new-seed1" / "eval" / "base.jsonl").read_bytes() == (
         runs / "dpo-seed1" / "eval" / "base.jsonl").read_bytes()
+
+
+def test_v2_driver_remakes_a_kept_run_without_its_adapter_for_a_second_evaluation(v2_runs, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """--platinum on a run kept without its adapter (kept before adapters were): the driver sets the kept
+    run aside, re-makes it from its config and seed, records whether the adapter is the kept run's
+    (here the same bytes: training is deterministic on one machine) and evaluates the second set."""
+    import shutil
+
+    from jaxdebate.coherence import report
+
+    root, runs = v2_runs
+    driver = _driver(tmp_path, monkeypatch)
+    monkeypatch.setattr(driver, "RUNS", "runs")
+    monkeypatch.setattr(driver, "RESULTS", "results")
+    monkeypatch.setattr(driver, "CONFIG", str(ROOT / "configs" / "coherence_v2_smoke.py"))
+    # the fixture's settings, as the driver's overrides of the dpo variant; eval.jsonl as it ran it
+    common = [f"model.source={root / 'model'}", f"collect.rollouts={root / 'rollouts.jsonl'}",
+              f"data.train={root / 'train.jsonl'}", f"data.eval={root / 'eval.jsonl'}"]
+    monkeypatch.setattr(driver, "VARIANTS", {"dpo": common})
+    monkeypatch.setattr(driver, "PLATINUM", {"jax": [f"data.eval={root / 'eval2.jsonl'}", "eval.dir=eval_platinum"]})
+    report.keep_run(runs / "dpo-seed1", tmp_path / "runs" / "dpo-seed1")  # no adapter
+
+    assert driver.run_all(["dpo"], [1], platinum="jax", deadline=None) == []
+    out = capsys.readouterr().out
+    remade = tmp_path / "runs" / "dpo-seed1"
+    record = json.loads((remade / "remade.json").read_text())
+    assert record["same_adapter"] and record["answers_differing"] == 0, record
+    assert "dpo-seed1 re-made: the same adapter, byte for byte; 0 of 3 evaluation answers differ" in out
+    assert (remade / "adapter" / "adapter_model.safetensors").read_bytes() == (
+        runs / "dpo-seed1" / "adapter" / "adapter_model.safetensors").read_bytes()
+    assert json.loads((remade / "eval_platinum" / "summary.json").read_text())["questions"] == 2
+    # the set-aside copy is outside the runs the report reads; the report's copy holds the record
+    assert (tmp_path / "runs_set_aside" / "dpo-seed1" / "eval" / "summary.json").is_file()
+    assert (tmp_path / "results" / "runs" / "dpo-seed1" / "remade.json").is_file()
+    summary = json.loads((tmp_path / "results" / "summary.json").read_text())
+    assert list(summary["variants"]["dpo"]["seeds"]) == ["1"] and summary["unfinished"] == []
 
 
 def test_v2_driver_begins_no_run_that_would_end_past_the_deadline(v2_runs, tmp_path, monkeypatch, capsys):
