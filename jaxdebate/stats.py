@@ -150,8 +150,13 @@ def f_upper_p(f: float, df1: float, df2: float) -> float:
 
 
 def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and SD (ddof=1); values equal up to rounding have SD 0: ``174/300 - 170/300`` and
+    ``188/300 - 184/300`` are one difference of 4 items, yet differ in the last bit, and a 1e-16
+    spread would make t astronomically large instead of undefined."""
     n = len(values)
     mean = sum(values) / n
+    if max(abs(v - mean) for v in values) <= 1e-12 * max(1.0, abs(mean)):
+        return mean, 0.0
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
 
 

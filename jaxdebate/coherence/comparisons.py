@@ -66,7 +66,8 @@ def selection(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
               if r["seed"] == SELECTION_SEED and r["settings"]["objective"] != "sft"}
     scored = {k: v for k, v in scored.items() if v is not None}
     rule = (f"the highest held-out greedy accuracy at the exported epoch, seed {SELECTION_SEED}, SFT excluded; "
-            "ties go to the variant named first in alphabetical order")
+            "ties go to the variant named first in alphabetical order; optimistic (the same held-out questions "
+            "chose the exported epoch), and a ranking of seed-1 runs, not a test of the methods")
     if not scored:
         return {"variant": None, "rule": rule, "heldout_accuracy": {}}
     best = max(sorted(scored), key=lambda k: scored[k])

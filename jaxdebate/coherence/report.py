@@ -198,6 +198,26 @@ def _curves(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]
     return out
 
 
+# what each figure of summary.json is (written into it as ``tests``, so a reader of the JSON alone knows)
+TESTS = {
+    "ci95 of a run (variants.*.seeds.*.eval.*, base)": "Wilson 95% interval over the run's items",
+    "mcnemar_p": "exact two-sided McNemar (binomial on the discordant items), the run against the base on "
+                 "the same items; per evaluation set and seed",
+    "mcnemar_p_holm": f"mcnemar_p at seed {SELECTION_SEED}, Holm over the variants finished at that seed, per "
+                      "evaluation set",
+    "mcnemar_p_strict, mcnemar_p_format": "the same test on strict correctness and on the answer line, not adjusted",
+    "seed_level (ci95, vs_base) and best_vs_sft": "t over seeds: one-sample t on the per-seed values or "
+                                                   "differences (paired by seed), df = seeds - 1, two-sided; its "
+                                                   "intervals are not Holm-adjusted; conditional on these items "
+                                                   "(the seeds vary the adapter's initialisation and the pair "
+                                                   "order, not the items, the rollouts or the split)",
+    "method_family": "Holm over one evaluation set's method-level claims (each multi-seed variant - base, the "
+                     "selected variant - sft); verdict higher/lower where p_holm < 0.05, else inconclusive",
+    "pairwise_post_hoc": f"exact McNemar between every two variants at seed {SELECTION_SEED} on the same items, Holm "
+                         "over the pairs of an evaluation set; exploratory, claims about runs",
+}
+
+
 def build_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The ``summary.json`` of :func:`export` from :func:`run_record` results."""
     seen: dict[tuple[str, int], str] = {}
@@ -249,6 +269,7 @@ def build_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "method_family": method_family(variants, vs_sft),
         "pairwise_post_hoc": pairwise(records),
         "warnings": warnings,
+        "tests": TESTS,
     }
 
 
@@ -290,8 +311,9 @@ def format_table(summary: Mapping[str, Any]) -> str:
     def rate(x: float | None) -> str:
         return "n/a" if x is None else f"{x:.3f}"
 
-    lines = ["| variant | seed | evaluation set | n | accuracy [95% CI] | format rate | strict | lenient "
-             "| truncated | McNemar p vs base (Holm over variants) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| variant | seed | evaluation set | n | accuracy [95% CI: Wilson for a run, t over seeds for a mean] "
+             f"| format rate | strict | lenient | truncated | p vs base: exact McNemar for a run (Holm over the seed-"
+             f"{SELECTION_SEED} variants), t over seeds for a mean |", "|---|---|---|---|---|---|---|---|---|---|"]
     adjusted = summary.get("mcnemar_p_holm", {})
     for name, b in summary["base"].items():
         lines.append(f"| base | – | {name} | {b['n']} | {acc(b)} | {rate(b['format_rate'])} | "

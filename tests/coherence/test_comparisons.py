@@ -15,6 +15,10 @@ def test_seed_test_is_the_t_test_over_seeds_and_refuses_a_fake_interval():
     # two seeds that tie (accuracies are multiples of 1/300): no spread, so no interval and no p, not p = 0
     tied = seed_test([0.04, 0.04])
     assert tied["ci95"] is None and tied["p"] is None and tied["no_spread"] and tied["mean_difference"] == pytest.approx(0.04)
+    # a tie of two runs' differences (4 items on every seed) that rounding hides: still no spread
+    rounded = [174 / 300 - 170 / 300, 188 / 300 - 184 / 300, 174 / 300 - 170 / 300]
+    assert len(set(rounded)) == 2  # the floats differ in the last bit
+    assert seed_test(rounded)["p"] is None and seed_test(rounded)["no_spread"]
     with pytest.raises(ValueError):
         seed_test([0.1])
 
