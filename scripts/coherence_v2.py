@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from configs.coherence_v2 import ROLLOUTS as ROLLOUTS_FILE, ROOT as RUNS, VARIANTS  # noqa: E402
+from jaxdebate.coherence import jsonl  # noqa: E402
 from jaxdebate.errors import ConfigError, DataError  # noqa: E402
 from jaxdebate.sweep import parse_deadline  # noqa: E402
 
@@ -231,7 +232,7 @@ def compare_remade(workdir: Path, kept: Path) -> None:
         return json.loads((run / "eval" / "dpo.jsonl.setting.json").read_text())
 
     def answers(run: Path) -> list[str]:
-        return [r["dpo"]["text"] for r in map(json.loads, (run / "eval" / "comparison.jsonl").read_text().splitlines())]
+        return [r["dpo"]["text"] for r in jsonl.read_records(run / "eval" / "comparison.jsonl")]
 
     old, new = answers(kept), answers(workdir)
     record = {

@@ -515,8 +515,6 @@ def test_v2_driver_remakes_a_kept_run_without_its_adapter_for_a_second_evaluatio
     """--platinum on a run kept without its adapter (kept before adapters were): the driver sets the kept
     run aside, re-makes it from its config and seed, records whether the adapter is the kept run's
     (here the same bytes: training is deterministic on one machine) and evaluates the second set."""
-    import shutil
-
     from jaxdebate.coherence import report
 
     root, runs = v2_runs
