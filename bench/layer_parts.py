@@ -16,7 +16,8 @@ transformers' own modules on the same weights and inputs:
 
 A step is roughly ``layers x (mlp + attention)`` forward + backward for the policy, the same forward
 only for the reference, ``head`` both ways, and one ``adamw``; the last lines weigh each part's
-difference by how often a step runs it, which says which part to work on. The weights are random
+difference by how often a step runs it, which says which part to work on (parts timed alone do not
+add up to a whole step exactly: the step's program reuses buffers and adds the loss). The weights are random
 (seeded, equal on both sides): time does not depend on their values; the forward outputs of the two
 sides are compared, so a part that computes something else shows up. Both sides run in their own
 process, one after the other, with the launcher's host memory (``jaxdebate.host_memory``):
