@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -246,8 +247,6 @@ def cpu_flags() -> str:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return "unknown"
-    import re
-
     flags = sorted(set(re.findall(r"\b(avx512[a-z_0-9]*|amx[a-z_]*)\b", text)))
     return " ".join(flags) or "(AVX2 only: no AVX-512/AMX)"
 
