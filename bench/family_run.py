@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -41,12 +40,6 @@ code = main(sys.argv[1:])
 print("BENCH " + json.dumps({"code": code, "compile_s": compiled[0], "child_s": time.perf_counter() - start}))
 sys.exit(code)
 """
-
-
-def cpu_flags() -> str:
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    flags = sorted(set(re.findall(r"\b(avx512[a-z_0-9]*|amx[a-z_]*)\b", text)))
-    return " ".join(flags) or "(no AVX-512/AMX: AVX2 only)"
 
 
 def run(config: str, overrides: list[str], workdir: Path, *, cold: bool) -> dict:
@@ -81,13 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cold", action="store_true", help="an empty XLA cache (compile everything)")
     parser.add_argument("--keep", help="keep the run's workdir here instead of a temporary one")
     args = parser.parse_args(argv)
+    from jaxdebate.sampling.hardware import cpu_kind
+
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="family-run-")) / "run"
     result = run(args.config, args.overrides, workdir, cold=args.cold)
     print(json.dumps(result, indent=1))
     split = ", ".join([f"start-up {result['startup_s']:.0f} s"]
                       + [f"{p} {s:.0f} s" for p, s in result["phases"].items()]
                       + [f"(XLA compile {result['compile_s']:.0f} s inside these)"])
-    print(f"{args.config} {' '.join(args.overrides)}: {result['steps']} steps; {split}; CPU flags: {cpu_flags()}")
+    print(f"{args.config} {' '.join(args.overrides)}: {result['steps']} steps; {split}; CPU flags: {cpu_kind()}")
     print(f"family run: {result['wall_s']:.1f} s")
     return 0
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -242,15 +241,6 @@ def run_torch(args) -> dict:
 # ---------------------------------------------------------------------------------------------- main
 
 
-def cpu_flags() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown"
-    flags = sorted(set(re.findall(r"\b(avx512[a-z_0-9]*|amx[a-z_]*)\b", text)))
-    return " ".join(flags) or "(AVX2 only: no AVX-512/AMX)"
-
-
 def report(s: dict, ours: dict, peer: dict) -> None:
     """Per-part times and ``torch / ours`` (> 1: ours is faster), then each part weighted by how often
     a train step runs it."""
@@ -306,11 +296,12 @@ def main() -> None:
         return
 
     from jaxdebate import host_memory
+    from jaxdebate.sampling.hardware import cpu_kind
 
     env = host_memory.tuned_environ(os.environ) or dict(os.environ)
     s = shapes(args)
     print(f"SmolLM2-135M widths, {args.batch} x {args.length} tokens, median of {args.repeats}; CPU flags: "
-          f"{cpu_flags()}; host memory: {host_memory.describe(env)}", flush=True)
+          f"{cpu_kind()}; host memory: {host_memory.describe(env)}", flush=True)
     results = {}
     for side in ("jax", "torch"):
         cmd = [sys.executable, __file__, "--side", side, "--parts", *args.parts, "--batch", str(args.batch),
