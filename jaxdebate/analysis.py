@@ -23,26 +23,23 @@ from typing import Any
 
 import numpy as np
 
+from jaxdebate.errors import DataError
 from jaxdebate.metrics import METRICS_FILE, read_metrics
 from jaxdebate.shaping import config_names
 from jaxdebate.stats import t_quantile
-from jaxdebate.sweep_stats import (  # noqa: F401  (run_summary ... are this module's API too)
+from jaxdebate.provenance import provenance
+from jaxdebate.run_items import VALIDATION_DIR, run_item_tests, step_files  # noqa: F401  (notebook API)
+from jaxdebate.sweep_report import format_summary
+from jaxdebate.sweep_stats import (  # noqa: F401  (run_summary, sweep_summary: the notebook's API too)
     ENDPOINTS,
     INITIAL,
-    VALIDATION_DIR,
     VAL_DEBATE,
     VAL_DEBATE_HELDOUT,
     VAL_SINGLE,
+    Plan,
     compare_strategies,
-    format_comparison,
-    format_strategy_table,
-    format_summary,
     metric_number,
-    run_item_test,
-    run_item_tests,
     run_summary,
-    step_files,
-    strategy_table,
     sweep_summary,
 )
 
@@ -52,6 +49,7 @@ REWARD_SHAPED = "train/reward/shaped/mean"
 ZERO_ADVANTAGE = "train/zero_advantage_fraction"
 KL = "learner/kl"
 VAL_AGENT_PREFIX = "val/accuracy/agent_"
+PLAN_FILE = "plan.json"  # a results directory's pre-registered design (sweep_stats.Plan)
 VAL_ALL = "val/accuracy"
 
 
@@ -408,21 +406,36 @@ def _json_safe(x: Any) -> Any:
     return x
 
 
-def export_results(sweep_dir: str | Path, out_dir: str | Path, endpoint: str = "final_accuracy") -> Path:
+def results_plan(out_dir: str | Path, endpoint: str | None) -> tuple[Plan | None, str]:
+    """The pre-registered plan of a results directory (its ``plan.json``, if any) and the primary
+    endpoint: the plan's (an ``endpoint`` that contradicts it is a :class:`DataError`), else
+    ``endpoint``, else ``final_accuracy``."""
+    path = Path(out_dir) / PLAN_FILE
+    plan = Plan.load(path) if path.is_file() else None
+    if plan is not None and endpoint not in (None, plan.endpoint):
+        raise DataError(f"{path}: the pre-registered primary endpoint is {plan.endpoint!r}, not {endpoint!r}")
+    endpoint = plan.endpoint if plan is not None else endpoint or "final_accuracy"
+    if endpoint not in ENDPOINTS:
+        raise DataError(f"unknown endpoint {endpoint!r}; one of {sorted(ENDPOINTS)}")
+    return plan, endpoint
+
+
+def export_results(sweep_dir: str | Path, out_dir: str | Path, endpoint: str | None = None) -> Path:
     """Write a sweep's small artefacts (no checkpoints) to ``out_dir``: ``summary.json`` (``runs``,
-    the per-strategy ``table``, the seed-level ``comparison`` on ``endpoint`` and the
-    ``secondary_endpoints``), ``table.md``, every run's ``metrics.jsonl``, config and its first and
-    last per-item validation files, and the PNG plots."""
+    the per-strategy ``table``, the seed-level ``comparison`` on the primary endpoint and the
+    ``secondary_endpoints``, the commit of the analysis), ``table.md``, every run's ``metrics.jsonl``,
+    config and its first and last per-item validation files, and the PNG plots. A ``plan.json`` in
+    ``out_dir`` fixes the design and the endpoint (:func:`results_plan`)."""
     import shutil
 
-    if endpoint not in ENDPOINTS:
-        raise ValueError(f"unknown endpoint {endpoint!r}; one of {sorted(ENDPOINTS)}")
+    plan, endpoint = results_plan(out_dir, endpoint)
     runs = load_sweep(sweep_dir)
     rank = {name: i for i, name in enumerate(strategies(runs))}
     runs = sorted(runs, key=lambda r: (rank[r.strategy], r.seed if r.seed is not None else -1))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summary = sweep_summary([run_summary(r) for r in runs], endpoint)
+    summary = sweep_summary([run_summary(r) for r in runs], endpoint, plan=plan)
+    summary["analysed_by"] = {k: v for k, v in provenance().items() if k in ("commit", "dirty")}
     (out / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2, allow_nan=False) + "\n")
     (out / "table.md").write_text(format_summary(summary))
     for run in runs:
@@ -448,19 +461,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="where to write the PNG files (default SWEEP_DIR/plots)")
     parser.add_argument("--results", default=None,
                         help="also write the committable artefacts here (summary.json, table.md, metrics, plots)")
-    parser.add_argument("--endpoint", default="final_accuracy", choices=sorted(ENDPOINTS),
-                        help="the primary endpoint of the comparison (default: final single-agent accuracy)")
+    parser.add_argument("--endpoint", default=None, choices=sorted(ENDPOINTS),
+                        help="the primary endpoint of the comparison (default: the plan.json of --results if "
+                             "it has one, else final single-agent accuracy; one that contradicts the plan is "
+                             "refused)")
     args = parser.parse_args(argv)
     try:
         runs = load_sweep(args.sweep_dir)
+        endpoint = results_plan(args.results, args.endpoint)[1] if args.results else args.endpoint or "final_accuracy"
     except (FileNotFoundError, ValueError) as e:
         print(f"analysis: {e}", file=sys.stderr)
         return 2
     print(format_accuracy_table(final_accuracy_table(runs)))
-    for path in write_plots(args.sweep_dir, args.out, args.endpoint):
+    for path in write_plots(args.sweep_dir, args.out, endpoint):
         print(f"wrote {path}")
     if args.results:
-        out = export_results(args.sweep_dir, args.results, args.endpoint)
+        out = export_results(args.sweep_dir, args.results, endpoint)
         print((out / "table.md").read_text())
         print(f"wrote {out}")
     return 0
@@ -468,14 +484,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def __getattr__(name: str) -> Any:
-    """``analysis.sample_transcript`` (its old home) still works: it samples a live debate from a
-    checkpoint, which is not analysis of logged metrics, so it lives in :mod:`jaxdebate.transcripts`."""
-    if name == "sample_transcript":
-        from jaxdebate.transcripts import sample_transcript
-
-        return sample_transcript
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

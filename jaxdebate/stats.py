@@ -172,8 +172,9 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, flo
 
 def one_sample_t(values: Sequence[float]) -> dict[str, Any]:
     """The t test of mean(``values``) = 0 with its 95% interval: ``n``, ``mean``, ``sd`` (ddof=1),
-    ``ci95``, ``t``, ``df``, two-sided ``p``. Needs two values; with no spread, t is 0 (mean 0) or
-    infinite."""
+    ``ci95``, ``t``, ``df``, two-sided ``p``. Needs two values. With no spread the test is undefined
+    unless every value is 0: t is then infinite and ``p`` None (not 0: equal non-zero values carry no
+    variance estimate, so no claim may rest on them); all zeros give t 0 and p 1."""
     n = len(values)
     if n < 2:
         raise ValueError(f"need at least two values, got {n}")
@@ -185,7 +186,7 @@ def one_sample_t(values: Sequence[float]) -> dict[str, Any]:
     else:
         t = mean / se
     return {"n": n, "mean": mean, "sd": sd, "ci95": list(t_interval(values)), "t": t, "df": n - 1,
-            "p": t_two_sided_p(t, n - 1)}
+            "p": None if math.isinf(t) else t_two_sided_p(t, n - 1)}
 
 
 def paired_t(first: Sequence[float], second: Sequence[float]) -> dict[str, Any]:
@@ -229,7 +230,8 @@ def blocked_anova(table: Mapping[str, Mapping[Hashable, float]]) -> dict[str, An
     taken out of the error before strategies are compared. Seeds missing any strategy's cell are
     dropped (``seeds_dropped``); needs two strategies and two complete seeds.
 
-    Returns the F statistics and p-values of strategy and seed, their degrees of freedom, the sums of
+    Returns the F statistics and p-values of strategy and seed (p None without residual variance: an
+    additive table has nothing to test against), their degrees of freedom, the sums of
     squares and the seeds used."""
     arms = list(table)
     seeds = list(dict.fromkeys(k for arm in arms for k in table[arm]))
@@ -251,9 +253,9 @@ def blocked_anova(table: Mapping[str, Mapping[Hashable, float]]) -> dict[str, An
     df_strategy, df_seed, df_residual = a - 1, b - 1, (a - 1) * (b - 1)
     ms_residual = ss_residual / df_residual
 
-    def f_and_p(ss: float, df: int) -> tuple[float, float]:
-        if ms_residual == 0:
-            return (math.nan, math.nan) if ss == 0 else (math.inf, 0.0)
+    def f_and_p(ss: float, df: int) -> tuple[float, float | None]:
+        if ms_residual == 0:  # no residual variance to test against: F undefined or infinite, no p
+            return (math.nan, None) if ss == 0 else (math.inf, None)
         f = ss / df / ms_residual
         return f, f_upper_p(f, df, df_residual)
 
@@ -336,7 +338,8 @@ def equivalence_test(differences: Sequence[float], margin: float, alpha: float =
     """Two one-sided t tests (TOST) that the mean difference lies inside (-margin, +margin): ``p``
     is the larger one-sided p-value, and ``equivalent`` (p < alpha) holds exactly when the
     (1 - 2 alpha) interval, ``ci``, lies inside the margin. Not significant and not equivalent means
-    inconclusive at this power."""
+    inconclusive at this power. With no spread there is no variance estimate: ``p`` None, not
+    equivalent."""
     if margin <= 0:
         raise ValueError(f"need margin > 0, got {margin}")
     n = len(differences)
@@ -344,13 +347,10 @@ def equivalence_test(differences: Sequence[float], margin: float, alpha: float =
         raise ValueError(f"need at least two differences, got {n}")
     mean, sd = _mean_sd([float(v) for v in differences])
     se, df = sd / math.sqrt(n), n - 1
-    if se == 0:
-        p = 0.0 if abs(mean) < margin else 1.0
-    else:
-        p = max(1 - t_cdf((mean + margin) / se, df), t_cdf((mean - margin) / se, df))
+    p = None if se == 0 else max(1 - t_cdf((mean + margin) / se, df), t_cdf((mean - margin) / se, df))
     half = t_quantile(1 - alpha, df) * se
     return {"margin": margin, "ci": [mean - half, mean + half], "level": 1 - 2 * alpha, "p": p,
-            "equivalent": p < alpha}
+            "equivalent": p is not None and p < alpha}
 
 
 def _between_groups_f(groups: Sequence[Sequence[float]]) -> float:

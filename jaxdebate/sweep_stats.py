@@ -6,22 +6,26 @@ the data order and sampling of all five arms, so it is a block (two-way strategy
 strategy is compared with the baseline by a paired t over seeds with Holm's adjustment over the
 comparisons, and "it learned" is a paired t of final minus initial accuracy over seeds. A claim
 about one run uses the items, paired: McNemar's test on the per-item rows the validation writes.
+A pre-registered design (:class:`Plan`, ``plan.json``) fixes the arms, seeds and endpoints, so what is
+missing is counted against it; a run the divergence guard stopped counts with its last validation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jaxdebate.errors import DataError
+from jaxdebate.run_items import run_item_tests
 from jaxdebate.stats import (
     blocked_anova,
     equivalence_test,
     holm_entries,
     one_sample_t,
-    paired_mcnemar,
     permutation_anova,
     seeds_needed,
     t_interval,
@@ -51,9 +55,13 @@ ENDPOINTS: dict[str, tuple[str, tuple[str, ...]]] = {
 #: a ``final`` endpoint's value at step 0, against which a run's learning is measured
 INITIAL = {"final_accuracy": "initial_accuracy", "final_debate_accuracy": "initial_debate_accuracy",
            "transfer_accuracy": "initial_transfer_accuracy"}
-VALIDATION_DIR = "validation"
 #: run statuses (``run.json``) whose last validation is not a final one
 UNFINISHED = frozenset({"pending", "running", "interrupted", "failed", "submitted"})
+#: a failed run that the divergence guard stopped (``training.nonfinite_patience`` non-finite updates in a
+#: row, none applied): not missing, its last validation is its final value (PROTOCOL amendment 2026-11-28)
+DIVERGED = "diverged"
+NONFINITE_PREFIX = "learner/nonfinite/"
+MIXED_KIND, UNKNOWN_KIND = "mixed", "unknown"  # block_cpu_kinds' labels for no single kind
 EQUIVALENCE_MARGIN = 0.05  # accuracy points within which two strategies count as equivalent
 POWER_DIFFERENCES = (0.05, 0.10)
 
@@ -90,20 +98,90 @@ def curve_area(steps: Sequence[int], values: Sequence[float]) -> float | None:
     return area / (steps[-1] - steps[0])
 
 
-def endpoint_values(run: Run) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A pre-registered design in machine form (``plan.json`` in a results directory, beside the
+    protocol it transcribes): the arms, the seed blocks, the baseline, the primary endpoint and the
+    secondary ones (every other endpoint is exploratory). With a plan, missing runs, seeds and arms are
+    counted against it instead of against whatever data exists."""
+
+    arms: tuple[str, ...]
+    seeds: tuple[int, ...]
+    baseline: str
+    endpoint: str
+    secondary: tuple[str, ...] = ()
+    protocol: str = ""
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        """Read and check ``path``; a :class:`DataError` names the file and the field."""
+        try:
+            raw = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise DataError(f"{path}: not a readable JSON plan ({e})") from None
+        fields = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(raw, dict) or set(raw) - fields or not {"arms", "seeds", "baseline", "endpoint"} <= set(raw):
+            raise DataError(f"{path}: a plan has the fields {sorted(fields)} (arms, seeds, baseline and endpoint "
+                            f"required), got {sorted(raw) if isinstance(raw, dict) else type(raw).__name__}")
+        plan = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
+        problems = [
+            (not plan.arms or not all(isinstance(a, str) for a in plan.arms), "arms", "a list of strategy names"),
+            (len(set(plan.arms)) != len(plan.arms), "arms", "names each arm once"),
+            (plan.baseline not in plan.arms, "baseline", f"one of the arms {list(plan.arms)}"),
+            (not plan.seeds or not all(isinstance(k, int) and not isinstance(k, bool) for k in plan.seeds)
+             or len(set(plan.seeds)) != len(plan.seeds), "seeds", "a list of distinct integer seeds"),
+            (plan.endpoint not in ENDPOINTS, "endpoint", f"one of {sorted(ENDPOINTS)}"),
+            (not set(plan.secondary) <= set(ENDPOINTS) - {plan.endpoint}, "secondary",
+             "endpoints other than the primary one"),
+        ]
+        for bad, field, must in problems:
+            if bad:
+                raise DataError(f"{path}: {field} must be {must}, got {getattr(plan, field)!r}")
+        return plan
+
+
+def _run_config(run: Run) -> dict[str, Any]:
+    path = Path(run.workdir) / "config.json"
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def divergence_stop(run: Run) -> int | None:
+    """The step at which the divergence guard stopped ``run``, or None: its sweep status is ``failed``
+    and its last ``training.nonfinite_patience`` updates (the run's config.json) were all non-finite."""
+    patience = _run_config(run).get("training", {}).get("nonfinite_patience")
+    if run.state.get("status") != "failed" or not isinstance(patience, int) or patience < 1:
+        return None
+    updates = {r["step"]: r for r in run.records if "step" in r and any(k.startswith(NONFINITE_PREFIX) for k in r)}
+    last = sorted(updates)[-patience:]
+    if len(last) < patience or last != list(range(last[0], last[0] + patience)) or \
+            last[-1] != max(r.get("step", 0) for r in run.records):
+        return None
+    bad = all(any(metric_number(v) for k, v in updates[step].items() if k.startswith(NONFINITE_PREFIX))
+              for step in last)
+    return last[-1] if bad else None
+
+
+def endpoint_values(run: Run, *, stopped_at: int | None = None) -> dict[str, Any]:
     """Every endpoint ``run`` has (see :data:`ENDPOINTS`; an area needs three validations), with the
     initial (step 0) value of each final one, the step of the final validation and the items it
-    counted."""
+    counted. A run stopped by the divergence guard (``stopped_at``) keeps its last validation as its
+    final value, carried to the planned last step for the areas."""
     out: dict[str, Any] = {}
+    last_step = _run_config(run).get("training", {}).get("total_train_steps") if stopped_at is not None else None
     for name, (how, keys) in ENDPOINTS.items():
         key, steps, values = _curve(run, keys)
         if key is None:
             continue
         if how == "auc":  # with two validations the area is just the mean of the first and the last
+            if isinstance(last_step, int) and steps[-1] < last_step:
+                steps, values = [*steps, last_step], [*values, values[-1]]
             if len(steps) >= 3:
                 out[name] = curve_area(steps, values)
             continue
-        out[name] = values[-1] if steps[-1] > 0 else None
+        out[name] = values[-1] if steps[-1] > 0 or stopped_at is not None else None
         out[INITIAL[name]] = values[0] if steps[0] == 0 else None
         items_key = key.split("accuracy")[0] + "items"
         items = [metric_number(r.get(items_key)) for r in run.records if key in r]
@@ -112,61 +190,18 @@ def endpoint_values(run: Run) -> dict[str, Any]:
     return out
 
 
-def _item_rows(path: Path) -> dict[str, dict[str, bool]]:
-    """``"set/mode" -> {id: correct_final}`` of one ``validation/step_<N>.jsonl`` file."""
-    out: dict[str, dict[str, bool]] = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                row = json.loads(line)
-                out.setdefault(f"{row['set']}/{row['mode']}", {})[str(row["id"])] = bool(row["correct_final"])
-    return out
-
-
-def step_files(workdir: str | Path) -> list[tuple[int, Path]]:
-    """A run's per-item validation files ``(step, path)``, by step."""
-    folder = Path(workdir) / VALIDATION_DIR
-    files = [(p.stem.removeprefix("step_"), p) for p in folder.glob("step_*.jsonl")] if folder.is_dir() else []
-    return sorted((int(step), p) for step, p in files if step.isdigit())
-
-
-def run_item_tests(workdir: str | Path) -> dict[str, dict[str, Any]]:
-    """Per ``"set/mode"`` present in both the first and the last per-item validation file of a run:
-    McNemar's exact test of the last step against the first on the same items (paired on ``id``).
-    {} when the run wrote fewer than two such files (runs before per-item validation)."""
-    files = step_files(workdir)
-    if len(files) < 2:
-        return {}
-    (first_step, first_path), (last_step, last_path) = files[0], files[-1]
-    first, last = _item_rows(first_path), _item_rows(last_path)
-    out = {}
-    for group in first:
-        if group in last:
-            test = paired_mcnemar(first[group], last[group])
-            if test["n"]:
-                out[group] = {"n": test["n"], "first_step": first_step, "last_step": last_step,
-                              "first_acc": test["first_acc"], "last_acc": test["second_acc"],
-                              "only_first": test["only_first"], "only_last": test["only_second"],
-                              "p_mcnemar": test["p"]}
-    return out
-
-
-def run_item_test(workdir: str | Path, set: str = "heldout", mode: str = "debate") -> dict[str, Any] | None:
-    """One run's first vs last validation on the same items of one set and mode (McNemar's exact
-    test): ``n``, ``first_acc``, ``last_acc``, ``only_first``, ``only_last``, ``p_mcnemar`` (and the
-    two steps); None when the run has no such per-item files."""
-    return run_item_tests(workdir).get(f"{set}/{mode}")
-
-
 def run_summary(run: Run) -> dict[str, Any]:
     """One run's row of ``summary.json``: every endpoint it has (``initial_accuracy`` and
     ``final_accuracy`` are the single-agent ones), steps, status, training time, the per-item
     McNemar tests when the run wrote per-item rows, and, for runs without them, Wilson intervals and
-    an (unpaired, item-level) two-proportion test of the first against the last validation."""
-    values = endpoint_values(run)
+    an (unpaired, item-level) two-proportion test of the first against the last validation. The status
+    is the sweep's, or :data:`DIVERGED` for a failed run the divergence guard stopped."""
+    stopped_at = divergence_stop(run)
+    values = endpoint_values(run, stopped_at=stopped_at)
     last_step = max((r.get("step", 0) for r in run.records), default=0)
     row: dict[str, Any] = {
-        "strategy": run.strategy, "seed": run.seed, "status": run.state.get("status", "unknown"),
+        "strategy": run.strategy, "seed": run.seed,
+        "status": DIVERGED if stopped_at is not None else run.state.get("status", "unknown"),
         "steps": int(last_step), "wall_time_s": run.state.get("wall_time_s"),
         "step_time_s": _step_time(run.records), "no_update_steps": _no_update_steps(run.records),
         "initial_accuracy": values.get("initial_accuracy"), "final_accuracy": values.get("final_accuracy"),
@@ -214,13 +249,16 @@ def _sd(values: Sequence[float]) -> float | None:
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-def strategy_table(rows: Sequence[dict[str, Any]], endpoint: str = "final_accuracy") -> list[dict[str, Any]]:
-    """Per strategy over its seeds with the endpoint: its mean (key ``final_accuracy`` whatever the
+def strategy_table(rows: Sequence[dict[str, Any]], endpoint: str = "final_accuracy",
+                   seeds: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+    """Per strategy over its counted runs (finished or diverged; only ``seeds`` when given, as the
+    comparison's complete blocks are): the endpoint's mean (key ``final_accuracy`` whatever the
     endpoint), the SD (ddof=1) and t 95% interval over seeds, the mean gain over step 0, and the mean
     training time (sum of step times) and wall-clock time of the sweep's attempts."""
     out = []
     for strategy in dict.fromkeys(r["strategy"] for r in rows):
-        done = [r for r in rows if r["strategy"] == strategy and r.get(endpoint) is not None]
+        done = [r for r in rows if r["strategy"] == strategy and r.get(endpoint) is not None
+                and r.get("status") not in UNFINISHED and (seeds is None or r["seed"] in seeds)]
         finals = [r[endpoint] for r in done]
         initial = INITIAL.get(endpoint)
         gains = [r[endpoint] - r[initial] for r in done if initial and r.get(initial) is not None]
@@ -256,12 +294,35 @@ def _with_holm(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return entries
 
 
+def design(rows: Sequence[dict[str, Any]], endpoint: str, arms: Sequence[str] | None = None,
+           seeds: Sequence[Any] | None = None) -> dict[str, Any]:
+    """The strategy x seed table a comparison tests, against the planned ``arms`` and ``seeds`` (by
+    default: every strategy and seed that has a run, whatever its status). A cell counts when its run
+    finished or diverged and has the endpoint; ``complete`` seeds have every arm. ``missing`` lists
+    each planned cell that does not count, with its run's status (``absent``: no run);
+    ``seeds_incomplete`` the seeds with some but not all cells, ``seeds_without_runs`` those with none."""
+    arms = list(arms) if arms is not None else list(dict.fromkeys(r["strategy"] for r in rows))
+    seeds = list(seeds) if seeds is not None else list(dict.fromkeys(r["seed"] for r in rows))
+    status = {(r["strategy"], r["seed"]): r.get("status") for r in rows}
+    counted = _by_strategy_and_seed((r for r in rows if r.get("status") not in UNFINISHED), endpoint)
+    values = {arm: {k: v for k, v in counted.get(arm, {}).items() if k in seeds} for arm in arms}
+    complete = [k for k in seeds if all(k in values[arm] for arm in arms)]
+    present = [k for k in seeds if any(k in values[arm] for arm in arms)]
+    return {"arms": arms, "seeds": seeds, "values": values, "complete": complete,
+            "seeds_incomplete": [k for k in present if k not in complete],
+            "seeds_without_runs": [k for k in seeds if k not in present],
+            "missing": [{"strategy": arm, "seed": k, "status": status.get((arm, k)) or "absent"}
+                        for k in seeds for arm in arms if k not in values[arm]],
+            "not_planned": sorted({r["strategy"] for r in rows} - set(arms))}
+
+
 def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity",
-                       endpoint: str = "final_accuracy", *, by_cpu: bool = True) -> dict[str, Any]:
+                       endpoint: str = "final_accuracy", *, by_cpu: bool = True,
+                       arms: Sequence[str] | None = None, seeds: Sequence[Any] | None = None) -> dict[str, Any]:
     """Do the strategies differ on ``endpoint``, with the seed as the unit?
 
-    - ``blocked``: two-way strategy x seed ANOVA without replication (seeds missing a strategy are
-      dropped: ``seeds_dropped``), and the share of the sum of squares each explains;
+    - ``blocked``: two-way strategy x seed ANOVA without replication on the complete blocks
+      (``seeds_dropped``: the others), and the share of the sum of squares each explains;
     - ``vs_baseline``: each strategy minus ``baseline`` on the same seeds: mean, paired t 95% interval,
       t, df, p, Holm-adjusted ``p_holm`` over these comparisons, and a TOST ``equivalence`` within
       ±:data:`EQUIVALENCE_MARGIN`;
@@ -273,25 +334,27 @@ def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity
       (exploratory: not in the pre-registered analysis);
     - ``ci_simultaneous`` per comparison: Bonferroni intervals (level 1 − 0.05/m) a ranking rests on;
       ``max_halfwidth``: the widest paired 95% half-width against the baseline (the precision rule);
-    - ``seeds_incomplete``: seeds some strategy lacks a finished run for, left out of every test;
+    - the design (:func:`design`, against ``arms`` and ``seeds`` when a plan gives them):
+      ``seeds_complete``, ``seeds_incomplete`` (left out of every test), ``seeds_without_runs``,
+      ``missing`` cells with their status, ``diverged`` runs (counted with their last validation);
     - ``sensitivity_by_cpu``: where complete blocks ran on several CPU kinds, the same comparison
-      within each kind (reported, not claimed).
+      within each kind (reported, not claimed); blocks of mixed or unknown kind are left out of it
+      and listed (``sensitivity_excluded_seeds``).
 
-    Runs that have not finished (:data:`UNFINISHED`) are left out.
+    Runs that have not finished (:data:`UNFINISHED`) never count.
     """
-    # only finished runs count: an interrupted run's last validation is not its final one
+    d = design(rows, endpoint, arms, seeds)
+    complete = d["complete"]
+    values = {arm: {k: v for k, v in by_seed.items() if k in complete} for arm, by_seed in d["values"].items()}
+    dropped = [k for k in d["seeds"] if k not in complete]
     rows = [r for r in rows if r.get("status") not in UNFINISHED]
-    values = _by_strategy_and_seed(rows, endpoint)
-    # the paired tests use the complete blocks only (every strategy has the seed), as the blocked
-    # ANOVA does; the others are listed
-    all_seeds = list(dict.fromkeys(k for by_seed in values.values() for k in by_seed))
-    complete = [k for k in all_seeds if all(k in by_seed for by_seed in values.values())]
-    incomplete = [k for k in all_seeds if k not in complete]
-    if len(values) >= 2:
-        values = {strategy: {k: v for k, v in by_seed.items() if k in complete} for strategy, by_seed in values.items()}
     out: dict[str, Any] = {"baseline": baseline, "endpoint": endpoint, "anova_f": None,
                            "anova_permutation_p": None, "blocked": None, "vs_baseline": [],
-                           "learning": [], "power": None, "seeds_incomplete": incomplete,
+                           "learning": [], "power": None, "seeds_complete": complete,
+                           "seeds_incomplete": d["seeds_incomplete"], "seeds_without_runs": d["seeds_without_runs"],
+                           "missing": d["missing"], "not_planned": d["not_planned"],
+                           "diverged": [{"strategy": r["strategy"], "seed": r["seed"], "final_step": r.get("final_step")}
+                                        for r in rows if r.get("status") == DIVERGED],
                            "max_halfwidth": None}
     groups = [list(v.values()) for v in values.values()]
     if len(groups) >= 2 and sum(map(len, groups)) > len(groups):
@@ -301,7 +364,7 @@ def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity
     except ValueError:
         blocked = None
     if blocked:
-        blocked["seeds_dropped"] = incomplete
+        blocked["seeds_dropped"] = dropped
         total = blocked["ss"]["total"]
         blocked["ss_share"] = {k: (v / total if total else None) for k, v in blocked["ss"].items() if k != "total"}
         out["blocked"] = blocked
@@ -313,10 +376,10 @@ def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity
     for strategy, by_seed in values.items():
         if strategy == baseline:
             continue
-        seeds = sorted(set(by_seed) & set(base))
-        diffs = [by_seed[k] - base[k] for k in seeds]
+        paired = sorted(set(by_seed) & set(base))
+        diffs = [by_seed[k] - base[k] for k in paired]
         diffs_by_strategy[strategy] = diffs
-        entry = {"strategy": strategy, "seeds": seeds, "mean_difference": _mean(diffs), **_t_entry(diffs)}
+        entry = {"strategy": strategy, "seeds": paired, "mean_difference": _mean(diffs), **_t_entry(diffs)}
         entry["equivalence"] = equivalence_test(diffs, EQUIVALENCE_MARGIN) if len(diffs) >= 2 else None
         simultaneous = t_interval(diffs, level=1 - 0.05 / m)
         entry["ci_simultaneous"] = list(simultaneous) if simultaneous else None
@@ -328,32 +391,35 @@ def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity
     if initial:
         starts = _by_strategy_and_seed(rows, initial)
         for strategy, by_seed in values.items():
-            seeds = sorted(set(by_seed) & set(starts.get(strategy, {})))
-            gains = [by_seed[k] - starts[strategy][k] for k in seeds]
-            out["learning"].append({"strategy": strategy, "seeds": seeds,
-                                    "initial": _mean([starts[strategy][k] for k in seeds]),
-                                    "final": _mean([by_seed[k] for k in seeds]),
+            paired = sorted(set(by_seed) & set(starts.get(strategy, {})))
+            gains = [by_seed[k] - starts[strategy][k] for k in paired]
+            out["learning"].append({"strategy": strategy, "seeds": paired,
+                                    "initial": _mean([starts[strategy][k] for k in paired]),
+                                    "final": _mean([by_seed[k] for k in paired]),
                                     "mean_gain": _mean(gains), **_t_entry(gains)})
         _with_holm(out["learning"])
     out["power"] = _power(diffs_by_strategy.values())
     if by_cpu:
         kinds = block_cpu_kinds(rows)
-        used = {kinds[k] for k in complete if k in kinds}
+        # a block that ran on several kinds, or recorded none, belongs to no kind's comparison
+        unclear = [k for k in complete if kinds.get(k, UNKNOWN_KIND) in (MIXED_KIND, UNKNOWN_KIND)]
+        used = sorted({kinds[k] for k in complete if k not in unclear})
         if len(used) > 1:  # PROTOCOL: the same comparison within each CPU kind, reported, not claimed
             out["sensitivity_by_cpu"] = {
-                kind: compare_strategies([r for r in rows if kinds.get(r["seed"]) == kind], baseline, endpoint,
-                                         by_cpu=False)
-                for kind in sorted(used)}
+                kind: compare_strategies(rows, baseline, endpoint, by_cpu=False, arms=d["arms"],
+                                         seeds=[k for k in complete if kinds.get(k) == kind])
+                for kind in used}
+            out["sensitivity_excluded_seeds"] = unclear
     return out
 
 
 def block_cpu_kinds(rows: Iterable[dict[str, Any]]) -> dict[Any, str]:
-    """Each seed block's CPU kind (the AVX-512/AMX flags its runs recorded), ``mixed`` when its runs
-    ran on several kinds, ``unknown`` when none recorded one."""
+    """Each seed block's CPU kind (the AVX-512/AMX flags its runs recorded), :data:`MIXED_KIND` when
+    its runs ran on several kinds, :data:`UNKNOWN_KIND` when none recorded one."""
     kinds: dict[Any, set[str]] = {}
     for r in rows:
         kinds.setdefault(r["seed"], set()).update(r.get("cpu_kinds") or [])
-    return {seed: ("unknown" if not k else next(iter(k)) if len(k) == 1 else "mixed") for seed, k in kinds.items()}
+    return {seed: (UNKNOWN_KIND if not k else next(iter(k)) if len(k) == 1 else MIXED_KIND) for seed, k in kinds.items()}
 
 
 def _power(diff_lists: Iterable[Sequence[float]]) -> dict[str, Any] | None:
@@ -368,113 +434,23 @@ def _power(diff_lists: Iterable[Sequence[float]]) -> dict[str, Any] | None:
 
 
 def sweep_summary(rows: Sequence[dict[str, Any]], endpoint: str = "final_accuracy",
-              baseline: str = "identity") -> dict[str, Any]:
-    """``summary.json``'s content: ``runs``, the per-strategy ``table`` and the ``comparison`` on the
-    primary ``endpoint``, and ``secondary_endpoints`` (the comparison on every other endpoint the
-    runs have)."""
-    secondary = {name: compare_strategies(rows, baseline, name) for name in ENDPOINTS
+                  baseline: str = "identity", plan: Plan | None = None) -> dict[str, Any]:
+    """``summary.json``'s content: ``runs``, the per-strategy ``table`` (complete blocks) and the
+    ``comparison`` on the primary ``endpoint``, and ``secondary_endpoints`` (the comparison on every
+    other endpoint the runs have). A ``plan`` sets the endpoint, baseline, arms and seeds; its
+    non-secondary endpoints are listed as ``exploratory``, and ``blocks`` counts complete blocks
+    against the planned ones."""
+    arms = seeds = None
+    if plan is not None:
+        endpoint, baseline, arms, seeds = plan.endpoint, plan.baseline, plan.arms, plan.seeds
+    comparison = compare_strategies(rows, baseline, endpoint, arms=arms, seeds=seeds)
+    secondary = {name: compare_strategies(rows, baseline, name, arms=arms, seeds=seeds) for name in ENDPOINTS
                  if name != endpoint and any(r.get(name) is not None for r in rows)}
-    return {"endpoint": endpoint, "runs": list(rows), "table": strategy_table(rows, endpoint),
-            "comparison": compare_strategies(rows, baseline, endpoint), "secondary_endpoints": secondary}
-
-
-def _p(p: float | None) -> str:
-    if p is None:
-        return "-"
-    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
-
-
-def _num(x: float | None, fmt: str = "{:.3f}") -> str:
-    return "-" if x is None else fmt.format(x)
-
-
-def _ci(ci: Sequence[float] | None, signed: bool = True) -> str:
-    if not ci:
-        return "-"
-    f = "{:+.3f}" if signed else "{:.3f}"
-    return f"[{f.format(ci[0])}, {f.format(ci[1])}]"
-
-
-def format_comparison(comparison: dict[str, Any]) -> str:
-    """The comparison as markdown: the blocked ANOVA, the paired differences to the baseline (p and
-    Holm's p), the learning over step 0 and the power line (plus the earlier one-way ANOVA)."""
-    p = comparison["anova_permutation_p"]
-    lines = [f"Endpoint: `{comparison.get('endpoint', 'final_accuracy')}`. Unit of replication: the seed.", ""]
-    b = comparison.get("blocked")
-    if b:
-        share = {k: (v or 0.0) for k, v in b.get("ss_share", {}).items()}  # None: every cell equal
-        dropped = b["seeds_dropped"]
-        lines += [f"Blocked by seed (two-way ANOVA, strategy x seed, no replication; seeds "
-                  f"{', '.join(map(str, b['seeds_used']))}"
-                  + (f"; dropped for a missing cell: {', '.join(map(str, dropped))}" if dropped else "")
-                  + f"): strategy F({b['strategy_df']}, {b['residual_df']}) = {b['strategy_F']:.2f}, "
-                  f"p = {_p(b['strategy_p'])}; seed F({b['seed_df']}, {b['residual_df']}) = {b['seed_F']:.2f}, "
-                  f"p = {_p(b['seed_p'])}. Share of the sum of squares: strategy {share.get('strategy', 0):.0%}, "
-                  f"seed {share.get('seed', 0):.0%}, residual {share.get('residual', 0):.0%}.", ""]
-    elif not any(c.get("p") is not None for c in comparison["vs_baseline"] + comparison.get("learning", [])):
-        lines += ["Fewer than two seeds per strategy: no seed-level test (the per-run Wilson intervals and "
-                  "two-proportion tests in summary.json count items, not seeds).", ""]
-    if comparison.get("seeds_incomplete"):
-        lines += [f"Left out of every test (a strategy has no finished run there): seeds "
-                  f"{', '.join(map(str, comparison['seeds_incomplete']))}.", ""]
-    lines += ["Exploratory, ignoring seeds (permutation one-way ANOVA): "
-              + ("n/a" if p is None else f"F = {comparison['anova_f']:.2f}, p = {p:.3f}")]
-    if comparison["vs_baseline"]:
-        lines += ["", f"| strategy − {comparison['baseline']} (same seed) | seeds | mean difference | paired 95% CI "
-                  f"| simultaneous CI (Bonferroni) | t (df) | p | Holm p | within ±{EQUIVALENCE_MARGIN:.2f} (TOST p) |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-    for c in comparison["vs_baseline"]:
-        diff = "-" if c["mean_difference"] is None else f"{c['mean_difference']:+.3f}"
-        t = "-" if c.get("t") is None else f"{c['t']:.2f} ({c['df']})"
-        eq = c.get("equivalence")
-        eq_cell = "-" if not eq else f"{'yes' if eq['equivalent'] else 'no'} ({_p(eq['p'])})"
-        lines.append(f"| {c['strategy']} | {len(c['seeds'])} | {diff} | {_ci(c['ci95'])} | "
-                     f"{_ci(c.get('ci_simultaneous'))} | {t} | {_p(c.get('p'))} | {_p(c.get('p_holm'))} | {eq_cell} |")
-    if comparison.get("max_halfwidth") is not None:
-        lines += ["", f"Widest paired 95% half-width against {comparison['baseline']}: "
-                  f"{comparison['max_halfwidth']:.3f}."]
-    if comparison.get("learning"):
-        lines += ["", "| strategy: final − step 0 (same seed) | seeds | initial | final | mean gain | "
-                  "paired 95% CI | t (df) | p | Holm p |", "|---|---|---|---|---|---|---|---|---|"]
-        for g in comparison["learning"]:
-            t = "-" if g.get("t") is None else f"{g['t']:.2f} ({g['df']})"
-            lines.append(f"| {g['strategy']} | {len(g['seeds'])} | {_num(g['initial'])} | "
-                         f"{_num(g['final'])} | {_num(g['mean_gain'], '{:+.3f}')} | {_ci(g['ci95'])} | "
-                         f"{t} | {_p(g['p'])} | {_p(g['p_holm'])} |")
-    power = comparison.get("power")
-    if power:
-        needed = ", ".join(f"{v if v is not None else '> 100000'} seeds for a {float(k) * 100:.0f}-point difference"
-                           for k, v in power["seeds_needed"].items())
-        lines += ["", f"Power (descriptive): the paired differences to {comparison['baseline']} have a pooled SD of "
-                  f"{power['paired_sd']:.3f} (df {power['df']}); a paired t test (two-sided alpha 0.05) "
-                  f"reaches 80% power with {needed}."]
-    for kind, sub in (comparison.get("sensitivity_by_cpu") or {}).items():
-        sb = sub.get("blocked")
-        diffs = ", ".join(f"{c['strategy']} {c['mean_difference']:+.3f}" for c in sub["vs_baseline"]
-                          if c["mean_difference"] is not None)
-        lines += ["", f"Sensitivity, blocks on CPU kind `{kind}` only (reported, not claimed): "
-                  + (f"strategy p = {_p(sb['strategy_p'])} over seeds {', '.join(map(str, sb['seeds_used']))}; "
-                     if sb else "") + f"differences to {comparison['baseline']}: {diffs or '-'}."]
-    return "\n".join(lines)
-
-
-def format_strategy_table(table: Sequence[dict[str, Any]]) -> str:
-    """The strategy table as markdown."""
-    endpoint = table[0].get("endpoint", "final_accuracy") if table else "final_accuracy"
-    label = "final held-out accuracy" if endpoint == "final_accuracy" else f"`{endpoint}`"
-    lines = [f"| strategy | seeds | {label} (mean) | SD over seeds | 95% CI over seeds | "
-             "gain vs step 0 | step time / run |", "|---|---|---|---|---|---|---|"]
-    for t in table:
-        wall = "-" if t["train_time_min"] is None else f"{t['train_time_min']:.1f} min"
-        lines.append(f"| {t['strategy']} | {t['seeds']} | {_num(t['final_accuracy'])} | {_num(t.get('sd'))} | "
-                     f"{_ci(t['ci95'], signed=False)} | {_num(t['gain'], '{:+.3f}')} | {wall} |")
-    return "\n".join(lines)
-
-
-def format_summary(summary: Mapping[str, Any]) -> str:
-    """``table.md``: the strategy table and the comparison on the primary endpoint, then the
-    comparison on each secondary endpoint."""
-    parts = [format_strategy_table(summary["table"]), format_comparison(summary["comparison"])]
-    for name, comparison in summary.get("secondary_endpoints", {}).items():
-        parts.append(f"### Secondary endpoint `{name}`\n\n{format_comparison(comparison)}")
-    return "\n\n".join(parts) + "\n"
+    out = {"endpoint": endpoint, "runs": list(rows),
+           "table": strategy_table(rows, endpoint, comparison["seeds_complete"]),
+           "comparison": comparison, "secondary_endpoints": secondary}
+    if plan is not None:
+        out["plan"] = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(plan).items()}
+        out["exploratory"] = [name for name in secondary if name not in plan.secondary]
+        out["blocks"] = {"planned": len(plan.seeds), "complete": len(comparison["seeds_complete"])}
+    return out

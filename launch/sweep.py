@@ -25,7 +25,7 @@ from jaxdebate.sweep import (  # noqa: E402
 from jaxdebate.sweep_plan import ORDERS, plan_runs  # noqa: E402
 
 
-def _exporter(sweep_dir: str, out_dir: str, endpoint: str):
+def _exporter(sweep_dir: str, out_dir: str, endpoint: str | None):
     """After each run: the sweep's results so far in ``out_dir`` (a failure to export is reported,
     never allowed to stop the sweep)."""
     def export(spec, state) -> None:
@@ -65,8 +65,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="after every local run, write the results so far to DIR (summary.json, table.md, "
                              "each run's metrics, config, run.json and first/last validation rows, plots): "
                              "what a results/ directory commits")
-    parser.add_argument("--endpoint", default="final_accuracy", choices=sorted(ENDPOINTS),
-                        help="the primary endpoint of --export's comparison (default: final_accuracy)")
+    parser.add_argument("--endpoint", default=None, choices=sorted(ENDPOINTS),
+                        help="the primary endpoint of --export's comparison (default: the plan.json in the "
+                             "--export directory if it has one, else final_accuracy)")
     parser.add_argument("--deadline", default=None, metavar="WHEN",
                         help="local: begin no seed block that would not end by WHEN ('+MINUTES' from now, or "
                              "an ISO time such as 2026-11-26T01:00); a begun block is finished")

@@ -5,6 +5,7 @@ sweep re-analysed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -14,7 +15,8 @@ import pytest
 
 from jaxdebate import analysis
 from jaxdebate.stats import blocked_anova, holm, mcnemar_test, one_sample_t, paired_t, seeds_needed, t_interval
-from jaxdebate.sweep_stats import compare_strategies, curve_area, endpoint_values, run_item_test, run_item_tests
+from jaxdebate.run_items import run_item_test, run_item_tests
+from jaxdebate.sweep_stats import compare_strategies, curve_area, endpoint_values
 
 REPO = Path(__file__).resolve().parent.parent
 STRATEGIES = ["identity", "difference_rewards", "potential_based", "coma", "reward_mixing"]
@@ -150,17 +152,128 @@ def test_compare_strategies_seed_level():
     assert out["blocked"]["seeds_dropped"] == [2] == out["seeds_incomplete"] and out["blocked"]["residual_df"] == 4
     assert out["vs_baseline"][0]["seeds"] == [1, 3, 4] == out["vs_baseline"][1]["seeds"]
     assert all(g["seeds"] == [1, 3, 4] for g in out["learning"])
-    # blocks on two CPU kinds: the same comparison within each kind, beside the pooled one
+    # blocks on two CPU kinds: the same comparison within each kind, beside the pooled one; a block
+    # whose runs ran on several kinds (or recorded none) belongs to neither and is listed
     for r in rows:
-        r["cpu_kinds"] = ["avx512f"] if r["seed"] in (1, 3) else []
+        r["cpu_kinds"] = ["avx512f"] if r["seed"] in (1, 3) else ["(AVX2 only)"]
     by_kind = compare_strategies(rows, endpoint="final_debate_accuracy")["sensitivity_by_cpu"]
-    assert set(by_kind) == {"avx512f", "unknown"}
-    assert by_kind["avx512f"]["vs_baseline"][0]["seeds"] == [1, 3] and by_kind["unknown"]["vs_baseline"][0]["seeds"] == [4]
+    assert set(by_kind) == {"avx512f", "(AVX2 only)"}
+    assert by_kind["avx512f"]["vs_baseline"][0]["seeds"] == [1, 3] and by_kind["(AVX2 only)"]["vs_baseline"][0]["seeds"] == [4]
+    next(r for r in rows if r["seed"] == 3 and r["strategy"] == "coma")["cpu_kinds"] = ["(AVX2 only)"]
+    for r in rows:
+        if r["seed"] == 1:
+            r["cpu_kinds"] = []
+    out = compare_strategies(rows, endpoint="final_debate_accuracy")
+    assert "sensitivity_by_cpu" not in out  # one clear kind left (seed 4): nothing to set beside the pooled test
+    for r in rows:
+        if r["seed"] == 1:
+            r["cpu_kinds"] = ["avx512f"]
+    out = compare_strategies(rows, endpoint="final_debate_accuracy")
+    assert out["sensitivity_excluded_seeds"] == [3] and set(out["sensitivity_by_cpu"]) == {"avx512f", "(AVX2 only)"}
+    assert out["sensitivity_by_cpu"]["avx512f"]["seeds_complete"] == [1]
     # one seed per strategy: differences but no tests
     one = compare_strategies(_rows({"identity": [0.4], "coma": [0.3]}))
     assert one["blocked"] is None and one["power"] is None and one["anova_permutation_p"] is None
     assert one["vs_baseline"][0]["p"] is None and one["vs_baseline"][0]["p_holm"] is None
     assert one["vs_baseline"][0]["mean_difference"] == pytest.approx(-0.1)
+
+
+def test_a_plan_counts_what_is_missing_against_it(tmp_path):
+    """Review of arithmetic-v2's analysis: without a plan an arm or a seed with no counted run left the
+    tests silently; with one, every planned cell that does not count is listed with its status, the
+    family of comparisons is the planned one, and the table is labelled interim until every block is
+    complete. Endpoints the plan does not name as secondary are labelled exploratory."""
+    from jaxdebate.sweep_report import format_summary
+    from jaxdebate.sweep_stats import Plan, strategy_table, sweep_summary
+
+    table = {"identity": [0.40, 0.35, 0.50, 0.42], "coma": [0.38, 0.30, 0.41, 0.40],
+             "reward_mixing": [0.45, 0.36, 0.52, 0.47]}
+    rows = _rows(table, key="final_debate_accuracy")
+    for r in rows:
+        r["status"] = "done"
+        r["final_accuracy"] = r["final_debate_accuracy"] - 0.1
+    next(r for r in rows if (r["strategy"], r["seed"]) == ("coma", 3))["status"] = "failed"
+    plan = Plan(arms=("identity", "coma", "reward_mixing"), seeds=(1, 2, 3, 4, 5, 6), baseline="identity",
+                endpoint="final_debate_accuracy", secondary=(), protocol="PROTOCOL.md")
+    out = compare_strategies(rows, endpoint="final_debate_accuracy", arms=plan.arms, seeds=plan.seeds)
+    assert out["seeds_complete"] == [1, 2, 4] and out["seeds_incomplete"] == [3] and out["seeds_without_runs"] == [5, 6]
+    assert {"strategy": "coma", "seed": 3, "status": "failed"} in out["missing"]
+    assert {"strategy": "identity", "seed": 5, "status": "absent"} in out["missing"] and len(out["missing"]) == 1 + 2 * 3
+    assert out["blocked"]["seeds_dropped"] == [3, 5, 6] and out["blocked"]["seeds_used"] == [1, 2, 4]
+    # the table counts the complete blocks too: coma's failed seed 3 is not in its mean, nor identity's
+    by = {t["strategy"]: t for t in strategy_table(rows, "final_debate_accuracy", out["seeds_complete"])}
+    assert by["identity"]["seeds"] == 3 and by["identity"]["final_accuracy"] == pytest.approx(np.mean([0.40, 0.35, 0.42]))
+    # a planned arm without a single run empties every block; the family stays the planned one (m = 3)
+    wider = compare_strategies(rows, endpoint="final_debate_accuracy", arms=(*plan.arms, "potential_based"), seeds=plan.seeds)
+    assert wider["seeds_complete"] == [] and wider["blocked"] is None and len(wider["vs_baseline"]) == 3
+    assert all(e["p"] is None and e["seeds"] == [] for e in wider["vs_baseline"])
+    assert sum(m["strategy"] == "potential_based" for m in wider["missing"]) == 6
+    # a strategy outside the plan is named, not analysed
+    extra = compare_strategies(rows, endpoint="final_debate_accuracy", arms=("identity", "coma"), seeds=plan.seeds)
+    assert extra["not_planned"] == ["reward_mixing"] and [e["strategy"] for e in extra["vs_baseline"]] == ["coma"]
+    summary = sweep_summary(rows, plan=plan)
+    assert summary["endpoint"] == "final_debate_accuracy" and summary["blocks"] == {"planned": 6, "complete": 3}
+    assert summary["exploratory"] == ["final_accuracy"] and summary["plan"]["seeds"] == [1, 2, 3, 4, 5, 6]
+    md = format_summary(summary)
+    assert md.startswith("**Interim: 3 of 6 pre-registered seed blocks complete. Descriptive only")
+    assert "incomplete blocks: seeds 3; not counted: coma 3 (failed)" in md and "without a counted run: 5, 6" in md
+    assert "### Exploratory endpoint `final_accuracy`" in md
+    done = sweep_summary(rows, plan=dataclasses.replace(plan, seeds=(1, 2, 4), secondary=("final_accuracy",)))
+    md = format_summary(done)
+    assert md.startswith("All 3 pre-registered seed blocks complete (PROTOCOL.md).")
+    assert "### Secondary endpoint `final_accuracy`" in md
+
+
+def test_plan_files_are_checked_and_fix_the_endpoint(tmp_path):
+    from jaxdebate.errors import DataError
+    from jaxdebate.sweep_stats import Plan
+
+    good = {"arms": ["identity", "coma"], "seeds": [1, 2], "baseline": "identity", "endpoint": "final_debate_accuracy"}
+    for change, field in (({"endpoint": "final_score"}, "endpoint"), ({"baseline": "random"}, "baseline"),
+                          ({"seeds": [1, 1]}, "seeds"), ({"seeds": ["1"]}, "seeds"), ({"arms": ["coma", "coma"]}, "arms"),
+                          ({"secondary": ["final_debate_accuracy"]}, "secondary"), ({"blocks": 2}, "fields")):
+        (tmp_path / "plan.json").write_text(json.dumps({**good, **change}))
+        with pytest.raises(DataError, match=rf"plan.json: .*{field}"):
+            Plan.load(tmp_path / "plan.json")
+    (tmp_path / "plan.json").write_text(json.dumps(good))
+    assert Plan.load(tmp_path / "plan.json").seeds == (1, 2)
+    # the plan's endpoint is the export's; one that contradicts it is refused before anything is written
+    assert analysis.results_plan(tmp_path, None)[1] == "final_debate_accuracy"
+    with pytest.raises(DataError, match="pre-registered primary endpoint is 'final_debate_accuracy'"):
+        analysis.results_plan(tmp_path, "final_accuracy")
+    assert analysis.results_plan(tmp_path / "elsewhere", None) == (None, "final_accuracy")
+
+
+def test_a_run_stopped_by_the_divergence_guard_counts_with_its_last_validation(tmp_path):
+    """PROTOCOL amendment 2026-11-28: a run the guard stopped (nonfinite_patience non-finite updates in a
+    row, none applied) is not missing: its last validation is its final value. A run that failed
+    otherwise stays missing."""
+    from jaxdebate.sweep_stats import divergence_stop, run_summary
+
+    def run(name, nonfinite, status="failed"):
+        workdir = _write_run(tmp_path, "coma", 7, [0.3, 0.25], [0.2, 0.15], steps=(0, 2))
+        workdir = workdir.rename(tmp_path / name)
+        (workdir / "config.json").write_text(json.dumps({"training": {"nonfinite_patience": 2, "total_train_steps": 6}}))
+        (workdir / "run.json").write_text(json.dumps({"name": "coma-seed7", "seed": 7, "status": status}))
+        with (workdir / "metrics.jsonl").open("a") as f:
+            for step, bad in zip((3, 4, 5), nonfinite):
+                f.write(json.dumps({"step": step, "learner/nonfinite/loss": float(bad), "learner/nonfinite/params": 0.0}) + "\n")
+        return analysis.load_run(workdir)
+
+    diverged = run("diverged", (0, 1, 1))
+    assert divergence_stop(diverged) == 5
+    row = run_summary(diverged)
+    assert row["status"] == "diverged" and row["final_debate_accuracy"] == 0.25 and row["final_step"] == 2
+    # the area carries the last validation to the planned last step: (2 * 0.275 + 4 * 0.25) / 6
+    assert row["auc_debate_accuracy"] == pytest.approx((2 * 0.275 + 4 * 0.25) / 6)
+    for name, flags, status in (("crashed", (0, 0, 0), "failed"), ("one_bad", (0, 0, 1), "failed"),
+                                ("gap", (1, 0, 1), "failed"), ("finished", (0, 1, 1), "done")):
+        assert divergence_stop(run(name, flags, status)) is None, name
+    rows = [run_summary(diverged)] + [{"strategy": "identity", "seed": 7, "status": "done", "final_debate_accuracy": 0.3,
+                                       "initial_debate_accuracy": 0.3}]
+    out = compare_strategies(rows, endpoint="final_debate_accuracy")
+    assert out["seeds_complete"] == [7] and out["diverged"] == [{"strategy": "coma", "seed": 7, "final_step": 2}]
+    assert out["vs_baseline"][0]["mean_difference"] == pytest.approx(-0.05)
 
 
 def test_aggregate_uses_sample_sd_and_t_interval(tmp_path):

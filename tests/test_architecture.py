@@ -24,7 +24,8 @@ LAYERS = (
     ("debate",),
     ("rl",),
     ("config",),
-    ("checkpoint", "train", "eval", "launch", "transcripts", "analysis", "sweep_stats", "sweep_plan", "sweep", "pilot", "provenance",
+    ("checkpoint", "train", "eval", "launch", "transcripts", "analysis", "sweep_stats", "sweep_report", "run_items",
+     "sweep_plan", "sweep", "pilot", "provenance",
      "coherence", "jaxdebate"),
 )
 LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}
