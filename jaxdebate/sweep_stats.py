@@ -299,8 +299,9 @@ def design(rows: Sequence[dict[str, Any]], endpoint: str, arms: Sequence[str] | 
     """The strategy x seed table a comparison tests, against the planned ``arms`` and ``seeds`` (by
     default: every strategy and seed that has a run, whatever its status). A cell counts when its run
     finished or diverged and has the endpoint; ``complete`` seeds have every arm. ``missing`` lists
-    each planned cell that does not count, with its run's status (``absent``: no run);
-    ``seeds_incomplete`` the seeds with some but not all cells, ``seeds_without_runs`` those with none."""
+    each planned cell that does not count, with its run's status (``absent``: no run), in the seeds
+    that have a run; ``seeds_incomplete`` the seeds with some but not all cells, ``seeds_without_runs``
+    those with none."""
     arms = list(arms) if arms is not None else list(dict.fromkeys(r["strategy"] for r in rows))
     seeds = list(seeds) if seeds is not None else list(dict.fromkeys(r["seed"] for r in rows))
     status = {(r["strategy"], r["seed"]): r.get("status") for r in rows}
@@ -311,8 +312,10 @@ def design(rows: Sequence[dict[str, Any]], endpoint: str, arms: Sequence[str] | 
     return {"arms": arms, "seeds": seeds, "values": values, "complete": complete,
             "seeds_incomplete": [k for k in present if k not in complete],
             "seeds_without_runs": [k for k in seeds if k not in present],
+            # seeds no run has reached yet are summed up by seeds_without_runs, not listed cell by cell
             "missing": [{"strategy": arm, "seed": k, "status": status.get((arm, k)) or "absent"}
-                        for k in seeds for arm in arms if k not in values[arm]],
+                        for k in seeds for arm in arms if k not in values[arm]
+                        and (k in present or (arm, k) in status)],
             "not_planned": sorted({r["strategy"] for r in rows} - set(arms))}
 
 
