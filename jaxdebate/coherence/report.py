@@ -57,6 +57,9 @@ CURVES = (
     ("heldout_pairs/chosen_delta", "held-out log π − log π_ref, chosen"),
     ("heldout_pairs/rejected_delta", "held-out log π − log π_ref, rejected"),
 )
+# at epoch 0 the policy is the reference: every pair's margin is 0, so "chosen beats rejected" is undefined
+UNDEFINED_AT_EPOCH_0 = frozenset({"heldout_pairs/accuracy"})
+LINESTYLES = ("-", "--", ":", "-.")  # variants whose curves coincide stay visible
 FIGURES = ("accuracy", "ci95", "n", "correct", "format_rate", "strict_accuracy", "lenient_accuracy",
            "truncated_rate")
 
@@ -185,13 +188,14 @@ def _seed_level(values: Sequence[float], base: float | None) -> dict[str, Any]:
 
 
 def _curves(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per curve key: epoch → mean over the runs that logged it."""
+    """Per curve key: epoch → mean over the runs that logged it (no epoch 0 for a key that is
+    undefined there: :data:`UNDEFINED_AT_EPOCH_0`)."""
     out: dict[str, dict[str, float]] = {}
     for key, _ in CURVES:
         by_epoch: dict[int, list[float]] = defaultdict(list)
         for rec in records:
             for row in rec["epochs"]:
-                if row.get(key) is not None:
+                if row.get(key) is not None and not (int(row["epoch"]) == 0 and key in UNDEFINED_AT_EPOCH_0):
                     by_epoch[int(row["epoch"])].append(float(row[key]))
         if by_epoch:
             out[key] = {str(e): float(np.mean(v)) for e, v in sorted(by_epoch.items())}
@@ -289,7 +293,8 @@ def plot_curves(summary: Mapping[str, Any], path: Path) -> Path | None:
             curve = v["curves"].get(key)
             if curve:
                 epochs = [int(e) for e in curve]
-                ax.plot(epochs, list(curve.values()), "-o", color=f"C{i % 10}", markersize=3, label=label)
+                ax.plot(epochs, list(curve.values()), LINESTYLES[i % len(LINESTYLES)], marker="o",
+                        color=f"C{i % 10}", markersize=3, label=label)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("epoch (0 = base)")
         ax.grid(alpha=0.3)
