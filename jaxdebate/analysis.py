@@ -25,10 +25,10 @@ import numpy as np
 
 from jaxdebate.errors import DataError
 from jaxdebate.metrics import METRICS_FILE, read_metrics
-from jaxdebate.shaping import config_names
-from jaxdebate.stats import t_quantile
 from jaxdebate.provenance import provenance
 from jaxdebate.run_items import VALIDATION_DIR, run_item_tests, step_files  # noqa: F401  (notebook API)
+from jaxdebate.shaping import config_names
+from jaxdebate.stats import t_quantile
 from jaxdebate.sweep_report import format_summary
 from jaxdebate.sweep_stats import (  # noqa: F401  (run_summary, sweep_summary: the notebook's API too)
     ENDPOINTS,
