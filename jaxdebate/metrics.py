@@ -51,20 +51,26 @@ def _json_number(value: Any) -> Any:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """All records of a ``metrics.jsonl`` (or of the run directory holding one), in order."""
+    """All records of a ``metrics.jsonl`` (or of the run directory holding one), in order. A record is
+    complete once its newline is written: a last line without one that does not parse is a record
+    being written (a live run: a reader can see part of a long line) or cut by a kill, and is left
+    out; a malformed line anywhere else is an error naming the file and line."""
     path = Path(path)
     if path.is_dir():
         path = path / METRICS_FILE
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")  # the piece after the last newline is "" when the file ends with one
     records = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                records.append(json.loads(line))
-            except ValueError as e:
-                raise ValueError(f"{path}:{i}: not a JSON record ({e})") from e
+    for i, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError as e:
+            if i == len(lines):  # unterminated: not yet (or never to be) a record
+                break
+            raise ValueError(f"{path}:{i}: not a JSON record ({e})") from e
     return records
 
 

@@ -4,6 +4,7 @@ import math
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxdebate.metrics import MetricWriter, read_metrics
 
@@ -47,3 +48,25 @@ def test_truncate_after_drops_steps_to_be_redone(tmp_path):
     with MetricWriter(tmp_path, tensorboard=False, truncate_after=2) as writer:
         writer.write(3, {"x": 30})
     assert [(r["step"], r["x"]) for r in read_metrics(tmp_path)] == [(1, 1), (2, 2), (3, 30)]
+
+
+def test_a_last_line_still_being_written_or_cut_by_a_kill_is_not_a_record(tmp_path):
+    """A reader polling a live run's metrics.jsonl once saw part of a long line (CI, test_train_resume);
+    a SIGKILL mid-write leaves the same torn tail, which a resume's truncation must get past."""
+    with MetricWriter(tmp_path, tensorboard=False) as writer:
+        for step in range(1, 4):
+            writer.write(step, {"x": step})
+    path = tmp_path / "metrics.jsonl"
+    whole = path.read_text()
+    path.write_text(whole + '{"step": 4, "x": 4, "y": [1, 2')  # the kill landed mid-record
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
+    with MetricWriter(tmp_path, tensorboard=False, truncate_after=3) as writer:
+        writer.write(4, {"x": 40})
+    assert [(r["step"], r["x"]) for r in read_metrics(tmp_path)] == [(1, 1), (2, 2), (3, 3), (4, 40)]
+    # an unterminated last record that is whole counts; a malformed line before the end is an error
+    path.write_text(whole + '{"step": 4, "x": 4}')
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3, 4]
+    lines = whole.splitlines()
+    path.write_text("\n".join([lines[0], '{"step": 2, "x": ', lines[2]]) + "\n")
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a JSON record"):
+        read_metrics(tmp_path)
