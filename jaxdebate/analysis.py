@@ -55,7 +55,8 @@ VAL_ALL = "val/accuracy"
 
 @dataclasses.dataclass
 class Run:
-    """One run of a sweep: its name, strategy, seed, directory and metric records."""
+    """One run of a sweep: its name, strategy, seed, directory, metric records, sweep state (``run.json``)
+    and experiment config (``config.json``; {} when absent or unreadable)."""
 
     name: str
     strategy: str
@@ -63,6 +64,7 @@ class Run:
     workdir: Path
     records: list[dict[str, Any]]
     state: dict[str, Any]
+    config: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         """``(steps, values)`` of one metric over the run (records without it are skipped)."""
@@ -85,7 +87,7 @@ def _split_name(name: str) -> tuple[str, int | None]:
 
 
 def load_run(workdir: str | Path) -> Run:
-    """One run directory (``metrics.jsonl`` and, when made by the sweep, ``run.json``)."""
+    """One run directory (``metrics.jsonl``, ``config.json`` and, when made by the sweep, ``run.json``)."""
     workdir = Path(workdir)
     state_path = workdir / "run.json"
     state = json.loads(state_path.read_text()) if state_path.is_file() else {}
@@ -94,7 +96,11 @@ def load_run(workdir: str | Path) -> Run:
     if state.get("seed") is not None:
         seed = int(state["seed"])
     records = read_metrics(workdir) if (workdir / METRICS_FILE).is_file() else []
-    return Run(name, strategy, seed, workdir, records, state)
+    try:
+        config = json.loads((workdir / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        config = {}
+    return Run(name, strategy, seed, workdir, records, state, config)
 
 
 def load_sweep(sweep_dir: str | Path) -> list[Run]:

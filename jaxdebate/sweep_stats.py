@@ -140,27 +140,22 @@ class Plan:
         return plan
 
 
-def _run_config(run: Run) -> dict[str, Any]:
-    path = Path(run.workdir) / "config.json"
-    try:
-        return json.loads(path.read_text()) if path.is_file() else {}
-    except json.JSONDecodeError:
-        return {}
-
-
 def divergence_stop(run: Run) -> int | None:
     """The step at which the divergence guard stopped ``run``, or None: its sweep status is ``failed``
     and its last ``training.nonfinite_patience`` updates (the run's config.json) were all non-finite."""
-    patience = _run_config(run).get("training", {}).get("nonfinite_patience")
+    patience = run.config.get("training", {}).get("nonfinite_patience")
     if run.state.get("status") != "failed" or not isinstance(patience, int) or patience < 1:
         return None
+    from jaxdebate.rl.optim import nonfinite_update  # the guard's own test; only failed runs pay the import
+
     updates = {r["step"]: r for r in run.records if "step" in r and any(k.startswith(NONFINITE_PREFIX) for k in r)}
     last = sorted(updates)[-patience:]
     if len(last) < patience or last != list(range(last[0], last[0] + patience)) or \
             last[-1] != max(r.get("step", 0) for r in run.records):
         return None
-    bad = all(any(metric_number(v) for k, v in updates[step].items() if k.startswith(NONFINITE_PREFIX))
-              for step in last)
+    learner = "learner/"  # the guard reads the learner's metrics without this prefix (rl.watch)
+    bad = all(nonfinite_update({k[len(learner):]: v for k, v in updates[step].items()
+                                if k.startswith(NONFINITE_PREFIX)}) for step in last)
     return last[-1] if bad else None
 
 
@@ -170,7 +165,7 @@ def endpoint_values(run: Run, *, stopped_at: int | None = None) -> dict[str, Any
     counted. A run stopped by the divergence guard (``stopped_at``) keeps its last validation as its
     final value, carried to the planned last step for the areas."""
     out: dict[str, Any] = {}
-    last_step = _run_config(run).get("training", {}).get("total_train_steps") if stopped_at is not None else None
+    last_step = run.config.get("training", {}).get("total_train_steps") if stopped_at is not None else None
     for name, (how, keys) in ENDPOINTS.items():
         key, steps, values = _curve(run, keys)
         if key is None:
