@@ -234,10 +234,19 @@ def compare_remade(workdir: Path, kept: Path) -> None:
     def answers(run: Path) -> list[str]:
         return [r["dpo"]["text"] for r in jsonl.read_records(run / "eval" / "comparison.jsonl")]
 
+    def trained(run: Path) -> dict:
+        return json.loads((run / "stages" / "train.json").read_text())["provenance"]
+
+    def accuracy(run: Path) -> float:
+        return json.loads((run / "eval" / "summary.json").read_text())["dpo_accuracy"]
+
     old, new = answers(kept), answers(workdir)
     record = {
         "kept_weights": setting(kept).get("weights"), "remade_weights": setting(workdir).get("weights"),
-        "kept_commit": json.loads((kept / "stages" / "train.json").read_text())["provenance"]["commit"],
+        "kept_commit": trained(kept)["commit"], "remade_commit": trained(workdir)["commit"],
+        # fp32 kernels differ between CPU kinds: a seed re-made on another kind is another model, said here
+        "kept_cpu_flags": trained(kept).get("cpu_flags"), "remade_cpu_flags": trained(workdir).get("cpu_flags"),
+        "kept_accuracy": accuracy(kept), "remade_accuracy": accuracy(workdir),
         "answers": len(new), "answers_differing": sum(a != b for a, b in zip(old, new)) + abs(len(old) - len(new)),
     }
     record["same_adapter"] = record["kept_weights"] == record["remade_weights"]
@@ -245,7 +254,8 @@ def compare_remade(workdir: Path, kept: Path) -> None:
     print(f"[coherence-v2] {workdir.name} re-made: " + (
         "the same adapter, byte for byte" if record["same_adapter"] else
         f"ANOTHER adapter than the kept run's ({record['kept_weights']} then, {record['remade_weights']} now)")
-        + f"; {record['answers_differing']} of {record['answers']} evaluation answers differ", flush=True)
+        + f"; {record['answers_differing']} of {record['answers']} evaluation answers differ; accuracy "
+          f"{record['kept_accuracy']:.3f} kept, {record['remade_accuracy']:.3f} re-made", flush=True)
 
 
 def run_all(variants: list[str], seeds: list[int], *, platinum: str | None, deadline: float | None) -> list[str]:

@@ -149,6 +149,7 @@ def run_record(workdir: Path) -> dict[str, Any] | None:
                             if "provenance" in (stage := json.loads(p.read_text()))}
     record["decoders"] = {f"{ev.name}/{p.name.removesuffix('.setting.json')}": json.loads(p.read_text()).get("decoder")
                           for ev in evals for p in sorted(ev.glob("*.setting.json"))}
+    record["remade"] = _read_json(workdir / "remade.json")  # a kept run re-made by scripts/coherence_v2.py
     return record
 
 
@@ -169,10 +170,27 @@ def _mixed(records: Sequence[Mapping[str, Any]]) -> list[str]:
     if len(sampled) > 1:
         out.append(f"the rollouts were sampled by {len(sampled)} decoders (pairs_summary rollouts_decoders): "
                    + "; ".join(sorted(sampled)))
-    answers = [(r["workdir"], f, d) for r in records for f, d in r.get("decoders", {}).items()]
-    if len({d for _, _, d in answers}) > 1:
-        out.append("the evaluations' answers come from different decoders (<eval dir>/*.setting.json): "
-                   + "; ".join(f"{w} {f}: {d}" for w, f, d in sorted(answers, key=lambda a: (a[0], a[1], str(a[2])))))
+    # per evaluation set: its rows compare answers, so one set's answers should share a decoder (two sets
+    # may differ, e.g. GSM8K-Platinum decoded on the vLLM server and arithmetic in-process)
+    by_set: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        for f, d in r.get("decoders", {}).items():
+            by_set[f.split("/", 1)[0]][str(d)].append(f"{Path(r['workdir']).name} {f}")
+    for name, decoders in sorted(by_set.items()):
+        if len(decoders) > 1:
+            out.append(f"the evaluations' answers on {name!r} come from different decoders (<eval dir>/*.setting.json): "
+                       + "; ".join(f"{d}: {', '.join(sorted(files))}" for d, files in sorted(decoders.items())))
+    # fp32 kernels differ between CPU kinds, so one seed trained on two kinds gives two models: a
+    # variant whose seeds were trained on different kinds is said to be pooled across them
+    by_variant: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        cpu = (r.get("provenance", {}).get("train") or {}).get("cpu_flags")
+        by_variant[r["variant"]][str(cpu)].append(r["seed"])
+    for variant, kinds in sorted(by_variant.items()):
+        if len(kinds) > 1:
+            out.append(f"{variant}'s seeds were trained on different CPU kinds (stages/train.json cpu_flags), "
+                       "pooled here: " + "; ".join(f"seed {', '.join(map(str, sorted(seeds)))} on {cpu}"
+                                                  for cpu, seeds in sorted(kinds.items(), key=lambda k: min(k[1]))))
     return out
 
 
@@ -244,7 +262,7 @@ def build_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         v = variants.setdefault(rec["variant"], {"settings": rec["settings"], "seeds": {}, "mcnemar_p": {}})
         v["seeds"][str(rec["seed"])] = {"eval": rec["eval"], "train": rec["train"], "pairs": rec["pairs"],
                                         "workdir": rec["workdir"], "provenance": rec.get("provenance", {}),
-                                        "decoders": rec.get("decoders", {})}
+                                        "decoders": rec.get("decoders", {}), "remade": rec.get("remade")}
         for name, figures in rec["eval"].items():
             v["mcnemar_p"].setdefault(name, {})[str(rec["seed"])] = figures["mcnemar_p"]
     for label, v in variants.items():
@@ -348,6 +366,17 @@ def format_table(summary: Mapping[str, Any]) -> str:
             ci = "" if e["ci95"] is None else f" [{e['ci95'][0]:+.3f}, {e['ci95'][1]:+.3f}]"
             lines.append(f"{sel['variant']} − sft on {name}, paired over seeds {e['seeds']}: "
                          f"{e['mean_difference']:+.3f}{ci}, {_method_text(e)}.")
+    remade = [(label, seed, s["remade"]) for label, v in summary["variants"].items()
+              for seed, s in v["seeds"].items() if s.get("remade")]
+    notes = [f"{label} seed {seed} was re-made from its config and seed (remade.json): "
+             + ("the same adapter, byte for byte" if r.get("same_adapter") else "another adapter than the kept run's")
+             + (f"; accuracy on 'eval' {r['kept_accuracy']:.3f} kept, {r['remade_accuracy']:.3f} re-made"
+                if r.get("kept_accuracy") is not None else "")
+             + f"; {r.get('answers_differing')} of {r.get('answers')} answers differ; the rows above are the re-made run's"
+             for label, seed, r in remade]
+    notes += summary.get("warnings", [])
+    if notes:
+        lines += ["", "Notes:", *(f"- {n}" for n in notes)]
     return "\n".join(lines)
 
 

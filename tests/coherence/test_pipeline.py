@@ -397,9 +397,18 @@ def test_v2_report_warns_when_runs_mix_rollouts_or_decoders(v2_runs, tmp_path):
     assert report.main([str(copy), "--out", str(tmp_path / "results")]) == 0
     warnings = json.loads((tmp_path / "results" / "summary.json").read_text())["warnings"]
     assert any("different rollouts" in w and "sft-seed1: 000000000000" in w for w in warnings), warnings
-    assert any("answers come from different decoders" in w and f"dpo-seed2 eval/dpo.jsonl: {other}" in w
+    assert any("answers on 'eval' come from different decoders" in w and f"{other}: dpo-seed2 eval/dpo.jsonl" in w
                for w in warnings), warnings
     assert any("sampled by 2 decoders" in w for w in warnings), warnings
+    assert not any("CPU kinds" in w for w in warnings), warnings
+    # a seed trained on another CPU kind (another model in fp32) is named, not pooled silently
+    stage = copy / "dpo-seed2" / "stages" / "train.json"
+    edit(stage, provenance={**json.loads(stage.read_text())["provenance"], "cpu_flags": "avx512f another kind"})
+    assert report.main([str(copy), "--out", str(tmp_path / "results")]) == 0
+    warnings = json.loads((tmp_path / "results" / "summary.json").read_text())["warnings"]
+    assert any(w.startswith("dpo's seeds were trained on different CPU kinds") and "seed 2 on avx512f another kind" in w
+               for w in warnings), warnings
+    assert "Notes:\n- " in (tmp_path / "results" / "table.md").read_text()
     edit(copy / "sft-seed1" / "pairs_summary.json", rollouts_sha256=None)  # a run from before the field
     assert report.main([str(copy), "--out", str(tmp_path / "results")]) == 0
     warnings = json.loads((tmp_path / "results" / "summary.json").read_text())["warnings"]
@@ -534,6 +543,7 @@ def test_v2_driver_remakes_a_kept_run_without_its_adapter_for_a_second_evaluatio
     remade = tmp_path / "runs" / "dpo-seed1"
     record = json.loads((remade / "remade.json").read_text())
     assert record["same_adapter"] and record["answers_differing"] == 0, record
+    assert record["kept_accuracy"] == record["remade_accuracy"] and record["kept_cpu_flags"] == record["remade_cpu_flags"]
     assert "dpo-seed1 re-made: the same adapter, byte for byte; 0 of 3 evaluation answers differ" in out
     assert (remade / "adapter" / "adapter_model.safetensors").read_bytes() == (
         runs / "dpo-seed1" / "adapter" / "adapter_model.safetensors").read_bytes()
@@ -543,6 +553,9 @@ def test_v2_driver_remakes_a_kept_run_without_its_adapter_for_a_second_evaluatio
     assert (tmp_path / "results" / "runs" / "dpo-seed1" / "remade.json").is_file()
     summary = json.loads((tmp_path / "results" / "summary.json").read_text())
     assert list(summary["variants"]["dpo"]["seeds"]) == ["1"] and summary["unfinished"] == []
+    assert summary["variants"]["dpo"]["seeds"]["1"]["remade"] == record
+    assert "dpo seed 1 was re-made from its config and seed (remade.json): the same adapter, byte for byte" in (
+        tmp_path / "results" / "table.md").read_text()
 
 
 def test_v2_driver_begins_no_run_that_would_end_past_the_deadline(v2_runs, tmp_path, monkeypatch, capsys):
