@@ -189,7 +189,7 @@ def _mixed(records: Sequence[Mapping[str, Any]]) -> list[str]:
     for variant, kinds in sorted(by_variant.items()):
         if len(kinds) > 1:
             out.append(f"{variant}'s seeds were trained on different CPU kinds (stages/train.json cpu_flags), "
-                       "pooled here: " + "; ".join(f"seed {', '.join(map(str, sorted(seeds)))} on {cpu}"
+                       "pooled here: " + "; ".join(f"seed{'s' * (len(seeds) > 1)} {', '.join(map(str, sorted(seeds)))} on {cpu}"
                                                   for cpu, seeds in sorted(kinds.items(), key=lambda k: min(k[1]))))
     return out
 
