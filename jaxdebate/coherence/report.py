@@ -304,6 +304,7 @@ def plot_curves(summary: Mapping[str, Any], path: Path) -> Path | None:
     if "matplotlib.pyplot" not in sys.modules:
         matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(2, 3, figsize=(14, 7.5))
     for ax, (key, title) in zip(axes.flat, CURVES):
@@ -315,6 +316,7 @@ def plot_curves(summary: Mapping[str, Any], path: Path) -> Path | None:
                         color=f"C{i % 10}", markersize=3, label=label)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("epoch (0 = base)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole
         ax.grid(alpha=0.3)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     if handles:
