@@ -22,6 +22,29 @@ def pytest_configure(config):
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
 
+# The suite's longest files (``--durations``), begun first. xdist's ``loadfile`` hands out files by their
+# number of tests unless ``--no-loadscope-reorder`` (pyproject addopts), which put these few-test, long
+# files last, one worker running them while the other idled; longest first keeps both busy to the end.
+LONGEST_FIRST = (
+    "tests/test_train_vllm.py",
+    "tests/sampling/vllm/test_client.py",
+    "tests/test_distributed.py",
+    "tests/test_sweep.py",
+    "tests/rl/test_debate_source.py",
+    "tests/rl/test_validation_rows.py",
+    "tests/coherence/test_pipeline.py",
+    "tests/test_train_resume.py",
+    "tests/sampling/vllm/test_remote.py",
+    "tests/test_arithmetic_family.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run :data:`LONGEST_FIRST` before the rest; the order inside a file is kept (module fixtures)."""
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 def pytest_unconfigure(config):
     cache = getattr(config, "_jaxdebate_xla_cache", None)
     if cache:
