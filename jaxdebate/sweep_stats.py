@@ -60,7 +60,8 @@ UNFINISHED = frozenset({"pending", "running", "interrupted", "failed", "submitte
 #: a failed run that the divergence guard stopped (``training.nonfinite_patience`` non-finite updates in a
 #: row, none applied): not missing, its last validation is its final value (PROTOCOL amendment 2026-11-28)
 DIVERGED = "diverged"
-NONFINITE_PREFIX = "learner/nonfinite/"
+LEARNER = "learner/"  # the loop logs the learner's metrics under it (rl.step_metrics)
+NONFINITE_PREFIX = f"{LEARNER}nonfinite/"
 MIXED_KIND, UNKNOWN_KIND = "mixed", "unknown"  # block_cpu_kinds' labels for no single kind
 EQUIVALENCE_MARGIN = 0.05  # accuracy points within which two strategies count as equivalent
 POWER_DIFFERENCES = (0.05, 0.10)
@@ -153,9 +154,7 @@ def divergence_stop(run: Run) -> int | None:
     if len(last) < patience or last != list(range(last[0], last[0] + patience)) or \
             last[-1] != max(r.get("step", 0) for r in run.records):
         return None
-    learner = "learner/"  # the guard reads the learner's metrics without this prefix (rl.watch)
-    bad = all(nonfinite_update({k[len(learner):]: v for k, v in updates[step].items()
-                                if k.startswith(NONFINITE_PREFIX)}) for step in last)
+    bad = all(nonfinite_update(updates[step], prefix=LEARNER) for step in last)
     return last[-1] if bad else None
 
 

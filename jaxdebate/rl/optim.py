@@ -4,6 +4,7 @@ the previous weights when a loss, gradient or result is not finite)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -60,7 +61,9 @@ def guarded_apply(tx: optax.GradientTransformation, params: Any, opt_state: Any,
     return params, opt_state, metrics
 
 
-def nonfinite_update(metrics: dict[str, float]) -> str | None:
-    """The names of what was non-finite in an update's ``metrics`` (``None``: the update applied)."""
-    bad = [k.split("/", 1)[1] for k, v in metrics.items() if k.startswith("nonfinite/") and v]
+def nonfinite_update(metrics: Mapping[str, Any], prefix: str = "") -> str | None:
+    """The names of what was non-finite in an update's ``metrics`` (``None``: the update applied);
+    ``prefix`` reads them from a logged record (``learner/``: the loop's metrics.jsonl)."""
+    head = f"{prefix}nonfinite/"
+    bad = [k[len(head):] for k, v in metrics.items() if k.startswith(head) and v]
     return ", ".join(bad) if bad else None

@@ -37,8 +37,7 @@ class StepWatch:
 
     def observe(self, step: int, metrics: Mapping[str, float], newest_checkpoint: int | None) -> list[str]:
         lines = []
-        bad = nonfinite_update({k[len("learner/"):]: v for k, v in metrics.items()
-                                if k.startswith("learner/nonfinite/")})
+        bad = nonfinite_update(metrics, prefix="learner/")
         self.nonfinite_run = self.nonfinite_run + 1 if bad else 0
         if bad:
             lines.append(f"step {step}: non-finite {bad} (loss={metrics.get('learner/loss')}, "
