@@ -241,11 +241,12 @@ def compare_remade(workdir: Path, kept: Path) -> None:
         return json.loads((run / "eval" / "summary.json").read_text())["dpo_accuracy"]
 
     old, new = answers(kept), answers(workdir)
+    kept_stage, new_stage = trained(kept), trained(workdir)
     record = {
         "kept_weights": setting(kept).get("weights"), "remade_weights": setting(workdir).get("weights"),
-        "kept_commit": trained(kept)["commit"], "remade_commit": trained(workdir)["commit"],
+        "kept_commit": kept_stage["commit"], "remade_commit": new_stage["commit"],
         # fp32 kernels differ between CPU kinds: a seed re-made on another kind is another model, said here
-        "kept_cpu_flags": trained(kept).get("cpu_flags"), "remade_cpu_flags": trained(workdir).get("cpu_flags"),
+        "kept_cpu_flags": kept_stage.get("cpu_flags"), "remade_cpu_flags": new_stage.get("cpu_flags"),
         "kept_accuracy": accuracy(kept), "remade_accuracy": accuracy(workdir),
         "answers": len(new), "answers_differing": sum(a != b for a, b in zip(old, new)) + abs(len(old) - len(new)),
     }
