@@ -65,6 +65,19 @@ def test_smoke_run_via_cli(tmp_path):
     first, _ = restore(workdir, step=2)
     assert any(not np.array_equal(a, b) for a, b in zip(_leaves(first), _leaves(params)))
 
+    # the eval command reads the run's checkpoint (either step) and its protocol and token budget
+    summaries = {}
+    for step in (2, 4):
+        ev = subprocess.run([sys.executable, "-m", "jaxdebate.eval", "--model", str(workdir), "--step", str(step),
+                             "--data", "arithmetic:n=6,seed=5", "--out", str(tmp_path / f"eval{step}.jsonl"),
+                             "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert ev.returncode == 0, ev.stderr[-3000:]
+        summaries[step] = json.loads(ev.stdout.strip().splitlines()[-1])
+        assert summaries[step]["n"] == 6 and summaries[step]["max_tokens"] == config.sampler.max_new_tokens
+    rows = [json.loads(line) for line in open(tmp_path / "eval4.jsonl")]
+    assert [r["id"] for r in rows] == [f"arithmetic/5/{i:04d}" for i in range(6)]
+    assert all(r["completion_tokens"] <= config.sampler.max_new_tokens for r in rows)
+
     # the trained policy exported as an HF directory loads in transformers with the same logits
     import torch
     from transformers import LlamaForCausalLM
@@ -85,16 +98,3 @@ def _leaves(tree):
     import jax
 
     return [np.asarray(x) for x in jax.tree.leaves(tree)]
-
-    # the eval command reads the run's checkpoint (either step) and its protocol and token budget
-    summaries = {}
-    for step in (2, 4):
-        ev = subprocess.run([sys.executable, "-m", "jaxdebate.eval", "--model", str(workdir), "--step", str(step),
-                             "--data", "arithmetic:n=6,seed=5", "--out", str(tmp_path / f"eval{step}.jsonl"),
-                             "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-        assert ev.returncode == 0, ev.stderr[-3000:]
-        summaries[step] = json.loads(ev.stdout.strip().splitlines()[-1])
-        assert summaries[step]["n"] == 6 and summaries[step]["max_tokens"] == config.sampler.max_new_tokens
-    rows = [json.loads(line) for line in open(tmp_path / "eval4.jsonl")]
-    assert [r["id"] for r in rows] == [f"arithmetic/5/{i:04d}" for i in range(6)]
-    assert all(r["completion_tokens"] <= config.sampler.max_new_tokens for r in rows)
