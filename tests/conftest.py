@@ -36,6 +36,14 @@ LONGEST_FIRST = (
     "tests/test_train_resume.py",
     "tests/sampling/vllm/test_remote.py",
     "tests/test_arithmetic_family.py",
+    # one or two long tests each; collected last (top-level files), they used to start after the rest
+    "tests/test_train_smoke.py",
+    "tests/test_lora_grpo.py",
+    "tests/test_run_guards.py",
+    "tests/test_eval.py",
+    "tests/model/test_llama.py",
+    "tests/rl/test_batching.py",
+    "tests/sampling/test_jax_sampler.py",
 )
 
 
