@@ -34,6 +34,8 @@ CANDIDATES = (
     "--xla_cpu_experimental_onednn_fusion_type=dot",
     "--xla_cpu_experimental_xnn_fusion_type=",
     "--xla_cpu_enable_fast_math=true",
+    # element-wise ops into YNNPACK subgraphs beside the single dots: the MLP backward's SiLU passes
+    "--xla_cpu_experimental_ynn_fusion_type=individual_dot,eltwise",
 )
 SHAPES = ((2048, 576, 1536), (2048, 1536, 576))
 
