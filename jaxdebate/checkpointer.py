@@ -25,6 +25,8 @@ import numpy as np
 from jaxdebate.errors import ConfigError, JaxDebateError
 
 CHECKPOINT_SUBDIR = "checkpoints"
+# what to do with a workdir whose checkpoints cannot or must not be resumed
+START_OVER = f"use another workdir, or move its {CHECKPOINT_SUBDIR}/ aside to start over in it"
 _METADATA = "metadata"
 _ITEMS_KEY = "__items__"
 _LEAF_KEY = "__leaf__"
@@ -195,7 +197,7 @@ class Checkpointer:
         if failed:
             reasons = "; ".join(str(e) for _, e in failed)
             raise CheckpointError(f"no readable checkpoint in {self.directory} (nothing was moved "
-                                  f"or deleted; set checkpoint.resume=false or use another workdir): {reasons}")
+                                  f"or deleted; {START_OVER}): {reasons}")
         return None
 
     def metadata(self, step: int | None = None) -> dict[str, Any]:
@@ -325,4 +327,5 @@ def latest_step(workdir: str | Path) -> int | None:
         return ckpt.latest_step()
 
 
-__all__ = ["CHECKPOINT_SUBDIR", "CheckpointError", "Checkpointer", "checkpoint_dir", "latest_step", "open_run"]
+__all__ = ["CHECKPOINT_SUBDIR", "START_OVER", "CheckpointError", "Checkpointer", "checkpoint_dir", "latest_step",
+           "open_run"]

@@ -29,7 +29,8 @@ from jaxdebate.shaping.config import ShapingConfig
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig(Section):
-    """orbax checkpoints under ``<workdir>/checkpoints``: how many to keep, and resume behaviour."""
+    """orbax checkpoints under ``<workdir>/checkpoints``: how many to keep, and resume behaviour
+    (``resume=False`` refuses a workdir that holds checkpoints, as ``launch --no-resume`` does)."""
 
     _name: ClassVar[str] = "checkpoint"
     n_last_ckpts_to_keep: int = 2

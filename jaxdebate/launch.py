@@ -3,7 +3,8 @@
 Overrides are ``section.field=value`` (Python literal or JSON values; see :mod:`jaxdebate.config`),
 e.g. ``--set training.total_train_steps=2 loss.beta=0.05 shaping.params.alpha=0.3``. The config is
 built and validated before anything is loaded; an invalid one exits with status 2 and a message naming
-the field. A workdir that holds a checkpoint is resumed (``--no-resume`` refuses to touch it).
+the field. A workdir that holds a checkpoint is resumed (``--no-resume``, or
+``checkpoint.resume=false``, refuses to touch it).
 
 Several processes (one per host or GPU) train one experiment on JAX's multi-process runtime: started
 by SLURM (``srun``; detected from its environment) or by hand with ``--coordinator HOST:PORT
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"items, {len(transfer)} transfer items, every round-1 prompt within {budget} tokens; up to {config.samples_per_step} "
                   f"training samples per step; {describe(config.sampler, backend, why)}")
             return EXIT_OK
-        from jaxdebate.checkpointer import latest_step
+        from jaxdebate.checkpointer import START_OVER, latest_step
         from jaxdebate.train import train as run_training
 
         enable_compilation_cache()
@@ -159,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
 
         existing = latest_step(workdir)
         if existing is not None:
-            if args.no_resume:
-                print(f"error: {workdir} holds a checkpoint (step {existing}) and --no-resume was given",
+            if args.no_resume or not config.checkpoint.resume:
+                why = "--no-resume was given" if args.no_resume else "checkpoint.resume is false"
+                print(f"error: {workdir} holds a checkpoint (step {existing}) and {why}: {START_OVER}",
                       file=sys.stderr)
                 return EXIT_ERROR
             print(f"[jaxdebate] resuming {workdir} from step {existing}", file=sys.stderr)

@@ -32,7 +32,7 @@ from jax.sharding import Mesh
 from tqdm import tqdm
 
 from jaxdebate import distributed
-from jaxdebate.checkpointer import CheckpointError, Checkpointer, checkpoint_dir
+from jaxdebate.checkpointer import START_OVER, CheckpointError, Checkpointer, checkpoint_dir, latest_step
 from jaxdebate.config import Config
 from jaxdebate.configlib import to_dict
 from jaxdebate.data import ItemStream
@@ -111,6 +111,11 @@ class Trainer:
         cfg = self.config
         self.main = distributed.is_main()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if not cfg.checkpoint.resume and (newest := latest_step(self.workdir)) is not None:
+            # starting over at step 0 here would skip saving every step the old run has on disk and
+            # leave its newer checkpoints as the run's latest
+            raise RunError(f"{self.workdir} holds checkpoints (newest step {newest}) and checkpoint.resume is "
+                           f"false: {START_OVER}")
         n_dev = cfg.launch.training_devices
         if n_dev > len(jax.devices()):
             raise ConfigError(

@@ -13,7 +13,9 @@ import pytest
 from jaxdebate.checkpoint import export_checkpoint, load_policy, restore
 from jaxdebate.checkpointer import Checkpointer
 from jaxdebate.configlib import load_config
+from jaxdebate.errors import RunError
 from jaxdebate.metrics import read_metrics
+from jaxdebate.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,6 +60,19 @@ def test_smoke_run_via_cli(tmp_path):
     events = list((workdir / "tensorboard").glob("events.out.tfevents.*"))
     assert events and events[0].stat().st_size > 1000
 
+    with Checkpointer(workdir / "checkpoints") as ckpt:
+        assert ckpt.all_steps() == [2, 4]
+
+    # starting over where checkpoints exist is refused (from the CLI and the Python API), touching nothing:
+    # a fresh run there would skip saving every step the old run has on disk
+    again = subprocess.run([sys.executable, "-m", "jaxdebate.launch", "--config", "configs/smoke.py", "--workdir",
+                            str(workdir), "--set", "logging.progress_bar=false", "checkpoint.resume=false"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 1, again.stderr[-3000:]
+    assert "holds a checkpoint (step 4) and checkpoint.resume is false: use another workdir" in again.stderr
+    with pytest.raises(RunError, match="newest step 4.*move its checkpoints/ aside"):
+        train(load_config("configs/smoke.py", ["checkpoint.resume=false"]), workdir)
+    assert [r["step"] for r in read_metrics(workdir)] == [1, 2, 3, 4]
     with Checkpointer(workdir / "checkpoints") as ckpt:
         assert ckpt.all_steps() == [2, 4]
     params, config = restore(workdir)
