@@ -61,7 +61,9 @@ class LoggingConfig(Section):
 
 @dataclasses.dataclass(frozen=True)
 class LaunchConfig(Section):
-    """Where a run executes: locally, or on SLURM through submitit (used by the sweep tool).
+    """Where a run executes: locally, or on SLURM through submitit. ``executor`` is read by the sweep
+    tool (``launch/sweep.py``, unless its ``--executor`` says otherwise); ``python -m jaxdebate.launch``
+    runs where it is started.
 
     ``training_devices`` is the learner's global device count (all processes of a multi-process run);
     ``sampling_devices`` are process 0's devices for the in-process sampler. On SLURM a run spans

@@ -208,6 +208,20 @@ def slurm_parameters(launch: dict[str, Any], name: str) -> dict[str, Any]:
     return params
 
 
+def choose_executor(runs: Sequence[RunSpec], requested: str | None = None) -> str:
+    """``requested`` (``--executor``) if given, else the runs' own ``launch.executor``, which must agree:
+    a family whose config says ``slurm`` is submitted without repeating it on the command line."""
+    if requested is not None:
+        if requested not in EXECUTORS:
+            raise ConfigError(f"unknown executor {requested!r} (choose from {', '.join(EXECUTORS)})")
+        return requested
+    kinds = sorted({spec.launch["executor"] for spec in runs})
+    if len(kinds) > 1:
+        named = ", ".join(f"{k} ({next(s.name for s in runs if s.launch['executor'] == k)}, ...)" for k in kinds)
+        raise ConfigError(f"the runs' launch.executor values differ: {named}; give --executor")
+    return kinds[0] if kinds else "local"
+
+
 def make_executor(kind: str, folder: str | Path, spec: RunSpec):
     """A submitit executor for one run (``slurm`` or ``submitit_local``) with its parameters set."""
     import submitit

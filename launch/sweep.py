@@ -20,7 +20,7 @@ from jaxdebate.errors import ConfigError  # noqa: E402
 from jaxdebate.analysis import export_results  # noqa: E402
 from jaxdebate.sweep_stats import ENDPOINTS  # noqa: E402
 from jaxdebate.sweep import (  # noqa: E402
-    EXECUTORS, KEEP_CHECKPOINTS, format_summary, parse_deadline, run_statuses, run_sweep,
+    EXECUTORS, KEEP_CHECKPOINTS, choose_executor, format_summary, parse_deadline, run_statuses, run_sweep,
 )
 from jaxdebate.sweep_plan import ORDERS, plan_runs  # noqa: E402
 
@@ -50,9 +50,10 @@ def main(argv: list[str] | None = None) -> int:
                              "drawn from its seed (default); configs: every seed of a config in turn")
     parser.add_argument("--base", default=None,
                         help="take everything but the shaping section from this config (e.g. configs/smoke.py)")
-    parser.add_argument("--executor", choices=EXECUTORS, default="local",
-                        help="local: one run after another here (default); submitit_local: the same through "
-                             "submitit's local executor; slurm: submit every run to SLURM")
+    parser.add_argument("--executor", choices=EXECUTORS, default=None,
+                        help="local: one run after another here; submitit_local: the same through submitit's "
+                             "local executor; slurm: submit every run to SLURM (default: the configs' "
+                             "launch.executor, local unless a config or --launch executor=slurm says so)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="config override applied to every run (repeatable)")
     parser.add_argument("--launch", nargs="+", default=[], metavar="FIELD=VALUE",
@@ -80,13 +81,14 @@ def main(argv: list[str] | None = None) -> int:
         deadline = parse_deadline(args.deadline) if args.deadline else None
         runs = plan_runs(args.sweep_dir, args.configs, args.seeds, base=args.base,
                          overrides=args.overrides, launch_overrides=args.launch, order=args.order)
+        executor = choose_executor(runs, args.executor)
     except ConfigError as e:
         print(f"sweep: invalid configuration: {e}", file=sys.stderr)
         return 2
     if args.status:
         rows = run_statuses(runs)
     else:
-        rows = run_sweep(runs, executor=args.executor, sweep_dir=args.sweep_dir,
+        rows = run_sweep(runs, executor=executor, sweep_dir=args.sweep_dir,
                          wait=not args.no_wait, echo=not args.quiet,
                          after_run=_exporter(args.sweep_dir, args.export, args.endpoint) if args.export else None,
                          deadline=deadline, keep_checkpoints=args.keep_checkpoints)

@@ -17,7 +17,7 @@ import pytest
 from jaxdebate import analysis
 from jaxdebate.checkpointer import latest_step
 from jaxdebate.errors import ConfigError
-from jaxdebate.sweep import make_executor, prune_checkpoints, read_state, run_sweep, slurm_parameters, task_rank
+from jaxdebate.sweep import choose_executor, make_executor, prune_checkpoints, read_state, run_sweep, slurm_parameters, task_rank
 from jaxdebate.sweep_plan import block_order, plan_runs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -274,6 +274,14 @@ def test_distributed_slurm_job_spans_nodes_with_one_pinned_task_per_gpu_group(tm
                  "#SBATCH --gpus-per-node=8"):
         assert line in sbatch, sbatch
     assert "srun" in sbatch
+    # the config's launch.executor is how the sweep submits unless --executor says otherwise
+    local = plan_runs(tmp_path / "local", None, [42])
+    assert choose_executor(runs) == "slurm" and choose_executor(local) == "local"
+    assert choose_executor(runs, "local") == "local"
+    with pytest.raises(ConfigError, match=r"launch.executor values differ: local \(.*-seed42, ...\), slurm"):
+        choose_executor([*local, *runs])
+    with pytest.raises(ConfigError, match="unknown executor 'pbs'"):
+        choose_executor(runs, "pbs")
     with pytest.raises(ConfigError, match="launch.tasks_per_node must divide launch.gpus_per_node=8"):
         plan_runs(tmp_path / "bad", None, [42], launch_overrides=["gpus_per_node=8", "tasks_per_node=3"])
     assert task_rank({"SLURM_NTASKS": "8", "SLURM_PROCID": "5"}) == 5
