@@ -60,7 +60,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=None,
                    help=f"new tokens per turn (default: the workdir's, else {DEFAULT_MAX_TOKENS})")
     p.add_argument("--max-sequence-length", type=int, default=None, help="prompt + completion budget")
-    p.add_argument("--sampler", choices=tuple(BACKENDS), default="jax")
+    p.add_argument("--sampler", choices=tuple(BACKENDS), default="jax",
+                   help="decoding backend (default: jax, in float32); a workdir's own validations decoded with "
+                        "its sampler.backend, so give that backend (and --vllm-dtype) to reproduce their numbers")
     p.add_argument("--vllm-dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--batch-size", type=int, default=64, help="items per sampler call")
     p.add_argument("--seed", type=int, default=0)
