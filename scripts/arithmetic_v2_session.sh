@@ -8,9 +8,10 @@
 #   END=... RUN_S=1500 TREE=/work/sweep bash scripts/arithmetic_v2_session.sh
 #   END=... DRY=1 bash scripts/arithmetic_v2_session.sh     # say which block would begin, start nothing
 # END (required): when this session's runs must have ended. A block is begun only if its unfinished
-# runs end by then at RUN_S seconds each: by default the slowest of the last 10 committed runs on a
-# CPU with this machine's flags (+600 s when this machine has no cached step-0 validation), since the
-# sweep's own --deadline estimates from the mean run of every machine so far. TREE: the worktree
+# runs end by then at RUN_S seconds each: by default a fifth of the slowest of the last 5 complete
+# blocks on a CPU with this machine's flags (+600 s when this machine has no cached step-0
+# validation), since the sweep's own --deadline estimates from the mean run of every machine so far.
+# A block's total varies less than its slowest run (one slow run in five is common). TREE: the worktree
 # (default ../sweep; created at the commit below if missing, with this checkout's .venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,14 +60,19 @@ done_runs() {  # how many runs of seed $1 are committed here with status done
   echo $n
 }
 
-run_seconds() {  # RUN_S, or the slowest of the last 10 committed runs on this CPU kind
+run_seconds() {  # RUN_S, or a fifth of the slowest of the last 5 complete blocks on this CPU kind
   if [ -n "${RUN_S:-}" ]; then echo "$RUN_S"; return; fi
   .venv/bin/python - "$R/runs" "$flags" <<'EOF'
-import json, pathlib, sys
-runs = [json.loads(p.read_text()) for p in pathlib.Path(sys.argv[1]).glob("*/run.json")]
-mine = sorted((r["finished_at"], r["wall_time_s"]) for r in runs
-              if r.get("status") == "done" and r.get("cpu_flags", "") == sys.argv[2])
-print(round(max(w for _, w in mine[-10:])) if mine else "")
+import collections, json, pathlib, sys
+blocks = collections.defaultdict(list)
+for path in pathlib.Path(sys.argv[1]).glob("*-seed*/run.json"):
+    run = json.loads(path.read_text())
+    if run.get("status") == "done":
+        blocks[path.parent.name.rsplit("-seed", 1)[1]].append(run)
+mine = sorted((max(r["finished_at"] for r in runs), sum(r["wall_time_s"] for r in runs))
+              for runs in blocks.values()
+              if len(runs) == 5 and all(r.get("cpu_flags", "") == sys.argv[2] for r in runs))
+print(round(max(total for _, total in mine[-5:]) / 5) if mine else "")
 EOF
 }
 
