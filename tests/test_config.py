@@ -131,6 +131,7 @@ def test_overrides_and_errors_name_the_field(configs):
         "loss.beta=-1": "loss.beta",
         "loss.estimator=ppo": "loss.estimator",
         "training.total_train_steps=1.5": "training.total_train_steps",
+        "training.seed=-1": "training.seed",
         "shaping.params.alpha=2": "alpha",
         "shaping.params.gamma=0.9": "gamma",
         "shaping.strategy=nope": "nope",

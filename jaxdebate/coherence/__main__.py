@@ -28,6 +28,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from jaxdebate.coherence.config import CoherenceConfig
     from jaxdebate.configlib import format_config, load_config
 
     args = parse_args(argv)
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit is not None:
         overrides.append(f"data.eval_limit={args.limit}")
     try:
-        config = load_config(args.config, overrides)
+        config = load_config(args.config, overrides, expected=CoherenceConfig)
         if args.print_config:
             print(format_config(config))
             return 0

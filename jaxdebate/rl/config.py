@@ -145,3 +145,4 @@ class TrainingConfig(Section):
             "nonfinite_patience",
         )
         self._at_least(0, "validation_every_steps", "checkpoint_every_steps", "idle_warning_steps")  # 0 turns it off
+        self._at_least(0, "seed")  # numpy seeds the data order and the draws with it

@@ -109,3 +109,12 @@ def test_v2_config_and_its_variants_differ_only_where_they_say():
         assert changed <= {"variant"} | {o.split("=")[0] for o in overrides}, (name, changed)
     smoke = load_config(ROOT / "configs" / "coherence_v2_smoke.py")
     assert smoke.model.source == "tiny" and smoke.pairs.source == "canonical" and smoke.dpo.early_stopping
+
+
+def test_the_cli_refuses_a_training_config_before_touching_the_workdir(tmp_path, capsys):
+    from jaxdebate.coherence.__main__ import main
+
+    workdir = tmp_path / "run"
+    assert main(["pairs", "--config", str(ROOT / "configs" / "coma.py"), "--workdir", str(workdir)]) == 2
+    err = capsys.readouterr().err
+    assert "configs/coma.py must return CoherenceConfig, got Config" in err and not workdir.exists()
