@@ -97,6 +97,17 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ConfigError("--samples > 1 with greedy decoding repeats one answer; set --temperature > 0")
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    if not 0 < args.top_p <= 1:
+        raise ConfigError(f"--top-p must be in (0, 1], got {args.top_p}")
+    if args.max_sequence_length is not None and args.max_sequence_length < 32:
+        raise ConfigError(f"--max-sequence-length must be >= 32 (debate.max_sequence_length), got {args.max_sequence_length}")
+    if args.protocol is not None:
+        from jaxdebate.debate.answer_protocols import protocol_fields
+
+        try:
+            protocol_fields(args.protocol)
+        except ConfigError as e:
+            raise ConfigError(f"--protocol: {e}") from None
 
 
 def load_model(spec: str, step: int | None):

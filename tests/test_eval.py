@@ -75,7 +75,10 @@ def test_eval_debate_rows_and_summary_have_rounds(tmp_path, capsys):
         (["--model", "tiny", "--data", "nosuch"], "unknown dataset 'nosuch'"),
         (["--model", "tiny", "--data", "arithmetic", "--samples", "4"], "--samples > 1 with greedy"),
         (["--model", "tiny", "--data", "arithmetic", "--n", "0"], "--n must be >= 1"),
-        (["--model", "tiny", "--data", "arithmetic", "--protocol", "nope"], "unknown answer protocol"),
+        # flags are checked before any load: a missing model is not what these report
+        (["--model", "no/such/dir", "--data", "arithmetic", "--protocol", "nope"], "--protocol: unknown answer protocol"),
+        (["--model", "no/such/dir", "--data", "arithmetic", "--top-p", "1.5"], "--top-p must be in (0, 1], got 1.5"),
+        (["--model", "no/such/dir", "--data", "arithmetic", "--max-sequence-length", "16"], "--max-sequence-length must be >= 32"),
         (["--model", "tiny", "--data", "arithmetic:n=4", "--offset", "9"], "no items from --offset 9"),
     ],
 )
