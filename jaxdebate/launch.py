@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             from jaxdebate.model import load_tokenizer
             from jaxdebate.rl.preflight import check_prompts_fit
 
-            transfer = config.data.load_transfer()
+            transfer = config.data.load_transfer(train)
             budget = check_prompts_fit(config, load_tokenizer(config.model.source), train, val, transfer)
             print(f"config ok: {args.config} -> {workdir}; {len(train)} training items, {len(val)} validation "
                   f"items, {len(transfer)} transfer items, every round-1 prompt within {budget} tokens; up to {config.samples_per_step} "

@@ -133,7 +133,7 @@ class Trainer:
         self.sampler_device = local[0]
         self.tokenizer = load_tokenizer(cfg.model.source)
         train_items, self.val_items = cfg.data.load()
-        self.transfer_items = cfg.data.load_transfer()
+        self.transfer_items = cfg.data.load_transfer(train_items)
         check_prompts_fit(cfg, self.tokenizer, train_items, self.val_items, self.transfer_items)
         params, self.model_config = load(cfg.model.source, dtype=cfg.model.dtype, dot_dtype=cfg.model.dot_dtype,
                                          remat=cfg.model.remat)

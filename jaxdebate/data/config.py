@@ -67,9 +67,12 @@ class DataConfig(Section):
         named = {self.validation_env, *self.validation_envs.values()} - {None}
         return set(self.env_name_remap.values()) | named | ({self.transfer_env} if self.transfer else set())
 
-    def load_transfer(self) -> list[Item]:
-        """The transfer set's items (empty without ``transfer``)."""
-        return load_items(self.transfer, format=self.format) if self.transfer else []
+    def load_transfer(self, train: list[Item]) -> list[Item]:
+        """The transfer set's items (empty without ``transfer``); one whose problem is also in
+        ``train`` (the training items :meth:`load` returned) is a DataError."""
+        items = load_items(self.transfer, format=self.format) if self.transfer else []
+        _refuse_shared(train, items, "transfer")
+        return items
 
     def load(self) -> tuple[list[Item], list[Item]]:
         """(train items, validation items) as configured; env names are not remapped here (the
@@ -84,4 +87,22 @@ class DataConfig(Section):
             return split_holdout(train, self.validation_size, self.holdout_seed)
         if self.validation_size == 0:
             return train, []
-        return train, load_items(self.validation, limit=self.validation_size, format=self.format)
+        validation = load_items(self.validation, limit=self.validation_size, format=self.format)
+        _refuse_shared(train, validation, "validation")
+        return train, validation
+
+
+def _problem_key(item: Item) -> str:
+    return " ".join(item.problem.split())
+
+
+def _refuse_shared(train: list[Item], held_out: list[Item], field: str) -> None:
+    """A held-out set that shares problems (whitespace aside) with the training set would measure
+    recall, not learning: a DataError naming the field, the count and the first shared item."""
+    seen = {_problem_key(item) for item in train}
+    shared = [item for item in held_out if _problem_key(item) in seen]
+    if shared:
+        raise DataError(
+            f"data.{field} shares {len(shared)} of its {len(held_out)} problems with data.train "
+            f"(first: item {shared[0].id!r}: {shared[0].problem[:80]!r}); use disjoint sets, or "
+            f"data.validation=None to hold items out of data.train")

@@ -350,6 +350,26 @@ def test_data_config_defaults_and_load():
         DataConfig(train="arithmetic:n=30", validation_size=40).load()
 
 
+def test_held_out_sets_that_share_problems_with_training_are_refused(tmp_path):
+    spec = "arithmetic:level=2..3,n=400,seed=21"
+    same = DataConfig(train=spec, validation=spec, validation_size=5)
+    with pytest.raises(DataError, match=r"data\.validation shares 5 of its 5 problems with data\.train \(first: item"):
+        same.load()
+    # whitespace does not hide a copy; a disjoint slice of the same spec is fine
+    (tmp_path / "copy.jsonl").write_text("\n".join(json.dumps(
+        {"id": f"copy/{i}", "problem": "  " + it.problem.replace(" ", "  ") + "\n", "answer": it.answer})
+        for i, it in enumerate(load_items(spec + ",slice=390:400"))) + "\n")
+    copied = DataConfig(train=spec, validation=str(tmp_path / "copy.jsonl"), validation_size=10)
+    with pytest.raises(DataError, match=r"shares 10 of its 10 problems.*item 'copy/0'"):
+        copied.load()
+    train, val = DataConfig(train=spec + ",slice=0:100", validation=spec + ",slice=100:400", validation_size=7).load()
+    assert len(val) == 7
+    disjoint = DataConfig(train=spec + ",slice=0:100", transfer=spec + ",slice=100:110")
+    assert len(disjoint.load_transfer(train)) == 10
+    with pytest.raises(DataError, match=r"data\.transfer shares 3 of its 3 problems"):
+        DataConfig(train=spec, transfer=spec + ",slice=0:3").load_transfer(load_items(spec))
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
