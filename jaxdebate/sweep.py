@@ -27,7 +27,7 @@ from typing import Any
 from jaxdebate.analysis import aligned_table, final_metrics
 from jaxdebate.checkpointer import checkpoint_dir
 from jaxdebate.config import LaunchConfig
-from jaxdebate.configlib import to_dict
+from jaxdebate.configlib import apply_overrides, load_config, to_dict
 from jaxdebate.errors import ConfigError
 from jaxdebate.processes import pid_alive
 from jaxdebate.provenance import provenance
@@ -72,6 +72,42 @@ def effective_status(spec: RunSpec) -> str:
             return "interrupted"
         return "running"
     return status
+
+
+def finished_config(workdir: str | Path) -> dict[str, Any] | None:
+    """The config a run's last steps ran with (its last ``config_history.jsonl`` entry, else
+    ``config.json``); ``None`` before its first step."""
+    from jaxdebate.rl.config_history import CONFIG_FILE, HISTORY_FILE
+
+    workdir = Path(workdir)
+    history = workdir / HISTORY_FILE
+    if history.is_file():
+        entries = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
+        if entries:
+            return entries[-1]["config"]
+    path = workdir / CONFIG_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def check_finished_runs(runs: Iterable[RunSpec]) -> None:
+    """A finished run is skipped only when it ran what its spec asks for now: a relaunch with other
+    overrides or another config would otherwise mix both designs in one sweep. ConfigError naming
+    each run and field (cluster scheduling, logging and checkpoint retention may differ)."""
+    from jaxdebate.rl.config_history import changes, is_safe
+
+    differ = []
+    for spec in runs:
+        ran = finished_config(spec.workdir) if effective_status(spec) == "done" else None
+        if ran is None:
+            continue
+        wanted = apply_overrides(load_config(spec.config_path), list(spec.overrides))
+        found = [(p, b, a) for p, b, a in changes(wanted, ran) if p == "training.total_train_steps" or not is_safe(p)]
+        if found:
+            differ.append(f"{spec.name} finished with " + ", ".join(f"{p}={b!r} (now {a!r})" for p, b, a in found[:4])
+                          + (f" and {len(found) - 4} more" if len(found) > 4 else ""))
+    if differ:
+        raise ConfigError(f"{len(differ)} finished run(s) of this sweep ran another config than the one asked "
+                          f"for now: {'; '.join(differ)}. Use another --sweep-dir, or the original command")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -269,6 +305,7 @@ def run_sweep(
         raise ConfigError(f"unknown executor {executor!r} (choose from {', '.join(EXECUTORS)})")
     if keep_checkpoints not in KEEP_CHECKPOINTS:
         raise ConfigError(f"unknown keep_checkpoints {keep_checkpoints!r} (choose from {', '.join(KEEP_CHECKPOINTS)})")
+    check_finished_runs(runs)
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "sweep.json").write_text(

@@ -88,10 +88,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.status:
         rows = run_statuses(runs)
     else:
-        rows = run_sweep(runs, executor=executor, sweep_dir=args.sweep_dir,
-                         wait=not args.no_wait, echo=not args.quiet,
-                         after_run=_exporter(args.sweep_dir, args.export, args.endpoint) if args.export else None,
-                         deadline=deadline, keep_checkpoints=args.keep_checkpoints)
+        try:
+            rows = run_sweep(runs, executor=executor, sweep_dir=args.sweep_dir,
+                             wait=not args.no_wait, echo=not args.quiet,
+                             after_run=_exporter(args.sweep_dir, args.export, args.endpoint) if args.export else None,
+                             deadline=deadline, keep_checkpoints=args.keep_checkpoints)
+        except ConfigError as e:  # raised before any run starts (e.g. finished runs of another design)
+            print(f"sweep: invalid configuration: {e}", file=sys.stderr)
+            return 2
     print()
     print(format_summary(rows))
     (Path(args.sweep_dir) / "summary.json").write_text(json.dumps(rows, indent=2))

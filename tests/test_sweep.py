@@ -16,6 +16,7 @@ import pytest
 
 from jaxdebate import analysis
 from jaxdebate.checkpointer import latest_step
+from jaxdebate.configlib import load_config
 from jaxdebate.errors import ConfigError
 from jaxdebate.sweep import choose_executor, make_executor, prune_checkpoints, read_state, run_sweep, slurm_parameters, task_rank
 from jaxdebate.sweep_plan import block_order, plan_runs
@@ -98,6 +99,24 @@ def test_relaunch_skips_finished_and_resumes_killed_run(sweep):
     for name in STRATEGIES:
         assert read_state(sweep_dir / f"{name}-seed0")["status"] == "done"
         assert latest_step(sweep_dir / f"{name}-seed0") == 2
+
+
+@pytest.mark.slow
+def test_a_relaunch_asking_for_another_design_is_refused_before_any_run(sweep):
+    """Finished runs are skipped only when they ran what the relaunch asks for: a longer run (or any
+    field a step computes with) would otherwise mix two designs in one sweep. Logging may differ."""
+    sweep_dir, _ = sweep
+    before = {name: read_state(sweep_dir / f"{name}-seed0") for name in STRATEGIES}
+    other = subprocess.run(_sweep_cmd(sweep_dir, "--set", "training.total_train_steps=3", "--set", "loss.beta=0.5"),
+                           cwd=REPO, env=_env(sweep_dir.parent / "jax_cache"), capture_output=True, text=True, timeout=300)
+    assert other.returncode == 2, other.stdout + other.stderr
+    assert "sweep: invalid configuration: 5 finished run(s) of this sweep ran another config" in other.stderr
+    beta = load_config(SMOKE).loss.beta
+    assert f"{RUN_ORDER[0]}-seed0 finished with loss.beta={beta!r} (now 0.5), training.total_train_steps=2 (now 3)" in other.stderr
+    assert {name: read_state(sweep_dir / f"{name}-seed0") for name in STRATEGIES} == before
+    same = subprocess.run(_sweep_cmd(sweep_dir, "--set", "logging.progress_bar=true"), cwd=REPO,
+                          env=_env(sweep_dir.parent / "jax_cache"), capture_output=True, text=True, timeout=300)
+    assert same.returncode == 0 and same.stdout.count("finished, skipped") == 5, same.stdout + same.stderr
 
 
 @pytest.mark.slow
