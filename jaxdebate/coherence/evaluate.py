@@ -95,8 +95,9 @@ def evaluate(
     from tqdm.auto import tqdm
 
     out_path = Path(out_path)
-    _check_setting(out_path, {"weights": weights, "decoder": decoder, "max_tokens": max_tokens,
-                              "temperature": temperature, "format": dataclasses.asdict(fmt)})
+    jsonl.check_setting(out_path, {"weights": weights, "decoder": decoder, "max_tokens": max_tokens,
+                                   "temperature": temperature, "format": dataclasses.asdict(fmt)},
+                        what="answers", remedy="delete it or evaluate into another eval.dir")
     done = jsonl.finished_keys(out_path)
     todo = [it for it in items if it.id not in done]
     params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=0)
@@ -118,26 +119,6 @@ def evaluate(
         bar.close()
     wanted = {it.id for it in items}
     return [r for r in jsonl.read_records(out_path) if r["id"] in wanted]
-
-
-def _check_setting(out_path: Path, setting: Mapping[str, Any]) -> None:
-    """Record what ``out_path``'s rows are answers of (``<name>.setting.json`` beside it), or refuse
-    rows of another setting."""
-    side = out_path.with_name(out_path.name + ".setting.json")
-    setting = json.loads(json.dumps(setting))  # tuples as lists, as they come back from the file
-    if side.is_file():
-        found = json.loads(side.read_text())
-        if found != setting:
-            changed = sorted(k for k in set(found) | set(setting) if found.get(k) != setting.get(k))
-            raise DataError(f"{out_path} holds answers of another setting ({', '.join(changed)} differ: "
-                            f"{ {k: found.get(k) for k in changed} } there, { {k: setting.get(k) for k in changed} } "
-                            "now); delete it or evaluate into another eval.dir")
-        return
-    if jsonl.finished_keys(out_path):
-        raise DataError(f"{out_path} holds answers but no {side.name} saying what made them; delete it to "
-                        "evaluate again")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    side.write_text(json.dumps(setting, indent=2) + "\n")
 
 
 _SIDE_KEYS = ("answer", "correct", "text", "n_tokens", "finish_reason", "answer_strict", "correct_strict",

@@ -89,3 +89,35 @@ def finished_keys(path: str | Path, key: str = "id") -> set[Any]:
         return set()
     repair_tail(path)
     return {r[key] for r in read_records(path) if key in r}
+
+
+def check_setting(path: str | Path, setting: Mapping[str, Any], *, what: str, remedy: str,
+                  unrecorded: str = "refuse") -> str:
+    """Hold ``path``'s records to one setting, kept in ``<name>.setting.json`` beside it: record it
+    when there are no records yet ("recorded"), pass when it matches ("matched"), and raise a
+    DataError naming the fields that differ (``remedy`` says what to do). Records without the side
+    file (written before it existed) are refused, or with ``unrecorded="adopt"`` given this setting
+    ("adopted"), or with ``"skip"`` left as they are ("unrecorded")."""
+    path = Path(path)
+    side = path.with_name(path.name + ".setting.json")
+    setting = json.loads(json.dumps(setting))  # tuples as lists, as they come back from the file
+    if side.is_file():
+        found = json.loads(side.read_text())
+        if found == setting:
+            return "matched"
+        changed = sorted(k for k in set(found) | set(setting) if found.get(k) != setting.get(k))
+        raise DataError(f"{path} holds {what} of another setting ({', '.join(changed)} differ: "
+                        f"{ {k: found.get(k) for k in changed} } there, { {k: setting.get(k) for k in changed} } "
+                        f"now); {remedy}")
+    if finished_keys(path):
+        if unrecorded == "skip":
+            return "unrecorded"
+        if unrecorded != "adopt":
+            raise DataError(f"{path} holds {what} but no {side.name} saying what made them; {remedy}")
+        status = "adopted"
+    else:
+        status = "recorded"
+    if unrecorded != "skip":
+        side.parent.mkdir(parents=True, exist_ok=True)
+        side.write_text(json.dumps(setting, indent=2) + "\n")
+    return status

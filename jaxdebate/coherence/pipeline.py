@@ -33,7 +33,7 @@ from typing import Any
 from jaxdebate.coherence import jsonl
 from jaxdebate.coherence.config import CoherenceConfig
 from jaxdebate.configlib import to_dict
-from jaxdebate.errors import DataError
+from jaxdebate.errors import ConfigError, DataError
 from jaxdebate.provenance import provenance
 
 STAGES = ("collect", "pairs", "train", "eval")
@@ -125,22 +125,38 @@ def _stage_input(ctx: Context, name: str, stage: str) -> Path:
     return path
 
 
-def rollouts_path(ctx: Context) -> Path:
+def rollouts_path(config: CoherenceConfig) -> Path:
     """``collect.rollouts`` when set (shared by variants), else ``WORKDIR/rollouts.jsonl``."""
-    shared = ctx.config.collect.rollouts
-    return Path(shared).expanduser() if shared else ctx.workdir / "rollouts.jsonl"
+    shared = config.collect.rollouts
+    return Path(shared).expanduser() if shared else Path(config.workdir) / "rollouts.jsonl"
+
+
+def collect_setting(cfg: CoherenceConfig) -> dict[str, Any]:
+    """What a rollouts file's records are samples of (``n_questions`` aside: a collection may grow;
+    the decoder aside: each record names its own)."""
+    return {"model": cfg.model.source, "train": cfg.data.train, "arms": to_dict(cfg.collect)["arms"],
+            "canonical_twins": cfg.collect.canonical_twins, "format": dataclasses.asdict(cfg.answer_format),
+            "scores": to_dict(cfg.scores), "top_p": cfg.sampler.top_p, "max_tokens": cfg.sampler.max_new_tokens}
+
+
+ROLLOUTS_REMEDY = "collect into another collect.rollouts (or workdir), or use the config it was collected with"
 
 
 def collect(ctx: Context) -> dict[str, Any]:
-    """Stage 1: every arm's trajectory for the first ``data.n_questions`` training questions."""
+    """Stage 1: every arm's trajectory for the first ``data.n_questions`` training questions; a
+    rollouts file made with another setting (model, data, arms, format, scores, sampling) is refused."""
     from jaxdebate.coherence.collect import collect as run
     from jaxdebate.data import load_items
 
     cfg = ctx.config
     items = load_items(cfg.data.train, limit=cfg.data.n_questions)
+    path = rollouts_path(cfg)
+    if jsonl.check_setting(path, collect_setting(cfg), what="rollouts", remedy=ROLLOUTS_REMEDY,
+                           unrecorded="adopt") == "adopted":
+        _say(ctx, f"collect: {path} predates setting files; recorded this config's setting as its own")
     started = time.perf_counter()
     stats = run(
-        items, ctx.sampler, ctx.tokenizer, ctx.grader, rollouts_path(ctx), cfg.collect, cfg.scores,
+        items, ctx.sampler, ctx.tokenizer, ctx.grader, path, cfg.collect, cfg.scores,
         top_p=cfg.sampler.top_p, max_tokens=cfg.sampler.max_new_tokens, fmt=cfg.answer_format,
         progress=ctx.progress, decoder=ctx.decoder,
     )
@@ -153,12 +169,19 @@ def collect(ctx: Context) -> dict[str, Any]:
 def pairs(ctx: Context) -> dict[str, Any]:
     """Stage 2: preference pairs (with their split) from the rollouts, and the held-out questions."""
     from jaxdebate.coherence.pairs import build_pairs, heldout_questions, pairs_summary
+    from jaxdebate.data import load_items
 
-    path = rollouts_path(ctx)
+    path = rollouts_path(ctx.config)
     if not path.is_file():
         raise DataError(f"{path} does not exist: run the 'collect' stage first")
     jsonl.repair_tail(path)
-    records = jsonl.read_records(path)
+    # only this config's questions: a file collected for more of them (or grown since) keeps the rest
+    wanted = {it.id for it in load_items(ctx.config.data.train, limit=ctx.config.data.n_questions)}
+    every = jsonl.read_records(path)
+    records = [r for r in every if r["id"] in wanted]
+    if len(records) < len(every):
+        _say(ctx, f"pairs: {len(every) - len(records)} of {len(every)} records in {path} are of questions beyond "
+                  f"data.n_questions={ctx.config.data.n_questions}: not used")
     rules, weight = ctx.config.pairs, ctx.config.scores.conciseness_weight
     built = build_pairs(records, rules, conciseness_weight=weight)
     jsonl.write_records(ctx.workdir / "pairs.jsonl", built)
@@ -273,6 +296,22 @@ def evaluate(ctx: Context) -> dict[str, Any]:
 RUNNERS = {"collect": collect, "pairs": pairs, "train": train, "eval": evaluate}
 
 
+def _check_inputs(config: CoherenceConfig, stages: tuple[str, ...]) -> None:
+    """What a later stage reads, checked before the first one runs: a typo in ``data.eval`` or a
+    directory as ``collect.rollouts`` would otherwise fail hours in."""
+    from jaxdebate.data import load_items
+
+    rollouts = config.collect.rollouts
+    if rollouts and Path(rollouts).expanduser().is_dir():
+        raise ConfigError(f"collect.rollouts={rollouts!r} is a directory: name the JSONL file (e.g. "
+                          f"{rollouts.rstrip('/')}/rollouts.jsonl)")
+    if {"collect", "pairs"} & set(stages):  # refused here, before config.json is rewritten
+        jsonl.check_setting(rollouts_path(config), collect_setting(config), what="rollouts",
+                            remedy=ROLLOUTS_REMEDY, unrecorded="skip")
+    if "eval" in stages:
+        load_items(config.data.eval, limit=config.data.eval_limit)
+
+
 def run(config: CoherenceConfig, stages: tuple[str, ...] = STAGES, *, workdir: str | Path | None = None,
         progress: bool = True) -> dict[str, Any]:
     """Run ``stages`` in order in one process (sharing the loaded model); return each stage's summary
@@ -282,8 +321,9 @@ def run(config: CoherenceConfig, stages: tuple[str, ...] = STAGES, *, workdir: s
     if unknown:
         raise ValueError(f"unknown stage(s) {unknown}; stages are {list(STAGES)} (or 'all')")
     root = Path(workdir if workdir is not None else config.workdir).expanduser()
-    root.mkdir(parents=True, exist_ok=True)
     config = dataclasses.replace(config, workdir=str(root))
+    _check_inputs(config, stages)
+    root.mkdir(parents=True, exist_ok=True)
     # an evaluation on its own (a second dataset, another eval.dir) keeps the training run's
     # config.json, the config its results are reported with; its own goes beside its outputs
     eval_only = set(stages) == {"eval"} and (root / "config.json").is_file()

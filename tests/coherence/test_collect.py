@@ -118,8 +118,9 @@ def test_evaluation_rows_of_another_setting_are_refused_before_any_sampling(tmp_
         ev.evaluate(items, None, None, None, out, weights="adapter aaa", **kw)
     out.unlink()
     # the first evaluation records its setting; a resumed one with other weights or budget is refused
-    ev._check_setting(out, {"weights": "adapter aaa", "decoder": kw["decoder"], "max_tokens": 48,
-                            "temperature": 0.0, "format": dataclasses.asdict(ev.SEED_FORMAT)})
+    assert jl.check_setting(out, {"weights": "adapter aaa", "decoder": kw["decoder"], "max_tokens": 48,
+                                  "temperature": 0.0, "format": dataclasses.asdict(ev.SEED_FORMAT)},
+                            what="answers", remedy="") == "recorded"
     jl.append_records(out, [{"id": "q1", "answer": "2", "correct": True}])
     with pytest.raises(DataError, match=r"dpo.jsonl holds answers of another setting \(weights differ"):
         ev.evaluate(items, None, None, None, out, weights="adapter bbb", **kw)

@@ -245,7 +245,9 @@ def test_v2_pairs_are_canonical_split_by_question_and_counted(v2_runs):
     assert summary["questions_mixed"] == mixed == summary["questions_mixed_by_source"]["canonical"] > 0
     gap = summary["coherence_gap"]
     assert gap["z"] == 2.0 and gap["se"] > 0 and gap["threshold"] == max(0.01, 2.0 * gap["se"])
-    assert all(p["quality_gap"] > gap["threshold"] for p in pairs if p["pair_type"] == "coherence")
+    coherent = [p for p in pairs if p["pair_type"] == "coherence"]
+    assert 0 < len(coherent) == summary["pairs_by_type"]["coherence"]  # the rule below is exercised
+    assert all(p["quality_gap"] > gap["threshold"] for p in coherent)
     assert summary["split"]["heldout"]["questions"] == 2 and summary["split"]["train"]["questions"] == 4
     assert summary["split"]["train"]["pairs"] == sum(p["split"] == "train" for p in pairs)
     # the same shared rollouts give every variant the same pairs, and the summary names the file's digest
@@ -598,3 +600,48 @@ def test_v2_driver_platinum_sampler_is_recorded_as_its_decoder(tmp_path, monkeyp
         pytest.skip("no .venv-vllm (scripts/install_vllm.sh): the vLLM decoder cannot be named")
     vllm = driver.this_decoder(driver.PLATINUM["vllm"])
     assert vllm.startswith("vllm float32 on a local CPU server") and vllm != jax
+
+
+def test_a_rollouts_file_is_held_to_the_setting_it_was_collected_with(smoke_run, tmp_path, capsys):
+    """Collect refuses to extend (and pairs to read) rollouts of another model, data, arms, format,
+    scores or sampling, before anything is written; pairs uses only this config's questions; a file
+    from before setting files is adopted once, saying so; a directory as collect.rollouts and an
+    unknown eval dataset are refused before the first stage."""
+    import shutil
+
+    from jaxdebate.coherence.pipeline import collect_setting
+    from jaxdebate.configlib import load_config
+
+    run, args = smoke_run
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    moved = list(args)
+    moved[moved.index("--workdir") + 1] = str(copy)
+    sets = [v for k, v in zip(args, args[1:]) if k == "--set"]
+    side = copy / "rollouts.jsonl.setting.json"
+    assert json.loads(side.read_text()) == json.loads(json.dumps(
+        collect_setting(load_config(ROOT / "configs" / "coherence_smoke.py", sets))))
+    rollouts, config = (copy / "rollouts.jsonl").read_bytes(), (copy / "config.json").read_bytes()
+    capsys.readouterr()
+
+    assert main(["collect", *moved, "--set", "sampler.max_new_tokens=9"]) == 2
+    assert "rollouts.jsonl holds rollouts of another setting (max_tokens differ" in capsys.readouterr().err
+    assert main(["pairs", *moved, "--set", "scores.conciseness_weight=0.5"]) == 2
+    assert "(scores differ" in capsys.readouterr().err
+    assert (copy / "rollouts.jsonl").read_bytes() == rollouts and (copy / "config.json").read_bytes() == config
+
+    assert main(["pairs", *moved, "--set", "data.n_questions=2"]) == 0
+    assert "2 of 4 records in" in capsys.readouterr().out
+    assert json.loads((copy / "pairs_summary.json").read_text())["questions"] == 2
+
+    side.unlink()
+    assert main(["collect", *moved]) == 0
+    assert "predates setting files; recorded this config's setting as its own" in capsys.readouterr().out
+    assert side.is_file() and (copy / "rollouts.jsonl").read_bytes() == rollouts
+
+    config = (copy / "config.json").read_bytes()
+    assert main(["collect", *moved, "--set", f"collect.rollouts={tmp_path}"]) == 2
+    assert "is a directory: name the JSONL file" in capsys.readouterr().err
+    assert main(["all", *moved, "--set", "data.eval=nosuchset"]) == 2
+    assert "unknown dataset 'nosuchset'" in capsys.readouterr().err
+    assert (copy / "rollouts.jsonl").read_bytes() == rollouts and (copy / "config.json").read_bytes() == config
