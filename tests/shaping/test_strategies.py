@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import shaping_reference as ref
 from shaping_reference import FMA_STRATEGIES, configs, mixed_batch
+from jaxdebate.errors import ConfigError
 from jaxdebate.shaping import (
     STRATEGIES,
     Param,
@@ -238,8 +239,8 @@ def test_a_sixth_strategy_is_one_decorated_function(sixth_strategy):
         np.testing.assert_array_equal(out, np.where(a, np.float32(scale) * c, 0.0))
     assert len(TRACES) - before == 1  # traced once: vmapped, jitted, scale traced
     assert "test_scaled_correct" in list_strategies()
-    with pytest.raises(Exception, match=r"shaping.params.scale must be in \[0, 1\]"):
-        shape_rewards(ShapingConfig("test_scaled_correct", {"scale": 2.0}), c, v, g, a)
+    with pytest.raises(ConfigError, match=r"shaping\.params\.scale must be in \[0, 1\]"):
+        ShapingConfig("test_scaled_correct", {"scale": 2.0})  # a config error when the section is built
 
 
 def test_shape_rewards_is_usable_inside_a_callers_jit():
