@@ -169,11 +169,11 @@ def test_dpo_resume_continues_exactly(tiny_model, tokenizer, tmp):
 
 def test_schedules():
     total = 10
-    for name, at_end in (("constant", 1.0), ("linear", 0.1), ("cosine", None)):
+    # the last update (9 of 10) of a decay to 0: linear 1/10 of the peak, cosine (1 + cos(0.9 pi)) / 2
+    for name, at_end in (("constant", 1.0), ("linear", 0.1), ("cosine", 0.5 * (1 + math.cos(0.9 * math.pi)))):
         s = train.make_schedule(dataclasses.replace(DPOConfig(), schedule=name, learning_rate=1.0), total)
         assert float(s(0)) == pytest.approx(1.0)
-        if at_end is not None:
-            assert float(s(9)) == pytest.approx(at_end, abs=1e-6)
+        assert float(s(9)) == pytest.approx(at_end, abs=1e-6)
     warm = train.make_schedule(DPOConfig(learning_rate=1.0, warmup_ratio=0.2, schedule="constant"), total)
     # 2 warm-up updates: 1/3, 2/3 of the peak (the first update already moves the weights), then the peak
     assert float(warm(0)) == pytest.approx(1 / 3) and float(warm(1)) == pytest.approx(2 / 3) and float(warm(5)) == 1.0
