@@ -276,6 +276,45 @@ def test_a_run_stopped_by_the_divergence_guard_counts_with_its_last_validation(t
     assert out["vs_baseline"][0]["mean_difference"] == pytest.approx(-0.05)
 
 
+def test_run_rows_and_the_strategy_table_hold_the_values_they_name(tmp_path):
+    """Each field of a run's summary row and of the per-strategy table, against its definition: the
+    training time sums the last ``time/step`` of each step (a resumed step counts once), steps whose
+    filters kept nothing count as no-update steps, the CPU kinds come from every attempt, and the
+    table's SD, t interval, gain and times are over the strategy's seeds."""
+    from scipy import stats as sps
+
+    from jaxdebate.stats import two_proportion_test, wilson_interval
+    from jaxdebate.sweep_stats import run_summary, strategy_table
+
+    finals = [0.5, 0.7, 0.4]
+    rows = []
+    for seed, final in zip((1, 2, 3), finals):
+        workdir = _write_run(tmp_path, "identity", seed, [0.3, 0.4, final], [0.2, 0.3, final - 0.1])
+        with (workdir / "metrics.jsonl").open("a") as f:  # step 4 redone after a kill: its last record counts
+            f.write(json.dumps({"step": 4, "time/step": 45.0, "train/n_kept": 0.0}) + "\n")
+        history = [{"attempt": 1, "cpu_flags": "avx512f avx512_bf16"}, {"attempt": 2, "cpu_flags": "(AVX2 only)"}]
+        (workdir / "run.json").write_text(json.dumps({"name": workdir.name, "seed": seed, "status": "done",
+                                                      "wall_time_s": 600.0 * seed, "history": history}))
+        rows.append(run_summary(analysis.load_run(workdir)))
+    row = rows[0]
+    assert row["step_time_s"] == 30.0 + 45.0 and row["no_update_steps"] == 1 and row["steps"] == 4
+    assert row["cpu_kinds"] == ["(AVX2 only)", "avx512f avx512_bf16"]
+    assert (row["initial_accuracy"], row["final_accuracy"], row["validation_items"]) == (0.2, 0.4, 10)
+    assert row["initial_ci95"] == list(wilson_interval(2, 10)) and row["final_ci95"] == list(wilson_interval(4, 10))
+    assert (row["z"], row["p_two_proportion"]) == two_proportion_test(2, 10, 4, 10)
+    assert row["final_debate_accuracy"] == 0.5 and row["initial_debate_accuracy"] == 0.3
+
+    (table,) = strategy_table(rows, endpoint="final_debate_accuracy")
+    sd = float(np.std(finals, ddof=1))
+    half = sps.t.ppf(0.975, 2) * sd / math.sqrt(3)
+    assert table["seeds"] == 3 and table["final_accuracy"] == pytest.approx(np.mean(finals))
+    assert table["sd"] == pytest.approx(sd) and table["ci95"] == pytest.approx([np.mean(finals) - half, np.mean(finals) + half])
+    assert table["gain"] == pytest.approx(np.mean(finals) - 0.3)
+    assert table["train_time_min"] == pytest.approx(75.0 / 60) and table["wall_time_min"] == pytest.approx(20.0)
+    # a seed outside the comparison's complete blocks is left out
+    assert strategy_table(rows, endpoint="final_debate_accuracy", seeds=[1, 2])[0]["seeds"] == 2
+
+
 def test_aggregate_uses_sample_sd_and_t_interval(tmp_path):
     for seed, finals in zip((1, 2, 3), ([0.2, 0.3, 0.4], [0.2, 0.3, 0.6], [0.2, 0.3, 0.5])):
         _write_run(tmp_path, "identity", seed, finals, finals)

@@ -201,7 +201,7 @@ def test_summary_table_and_plots(sweep):
     assert [t["strategy"] for t in summary["table"]] == STRATEGIES and all(t["seeds"] == 1 for t in summary["table"])
     strategy_rows = (results / "table.md").read_text().split("\n\n")[0]
     assert strategy_rows.count("\n| ") == 5  # a row per strategy below header and rule
-    assert all(r["step_time_s"] > 0 and 0 <= r["no_update_steps"] <= 2 for r in summary["runs"]) and all(t["train_time_min"] > 0 for t in summary["table"])
+    assert all(r["step_time_s"] > 0 and r["no_update_steps"] == 0 for r in summary["runs"])  # smoke: filters off and all(t["train_time_min"] > 0 for t in summary["table"])
     comparison = summary["comparison"]  # one seed per strategy: differences but no intervals or test
     assert comparison["baseline"] == "identity" and comparison["anova_permutation_p"] is None
     assert [c["strategy"] for c in comparison["vs_baseline"]] == STRATEGIES[1:]
