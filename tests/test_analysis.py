@@ -378,9 +378,23 @@ def test_export_results_with_the_debate_endpoint(tmp_path):
 def test_the_committed_arithmetic_sweep_reanalysed():
     """The issue's figures: identity's gain +0.091, t = 2.23 (df 2), p = 0.155; blocked by seed, seed
     F(2, 8) = 7.05, p = 0.017 with ~45% of the sum of squares, strategy p = 0.15."""
+    from scipy import stats as sps
+    from anova_reference import two_way_anova
+
     runs = analysis.load_sweep(REPO / "results" / "arithmetic" / "sweep" / "runs")
-    out = compare_strategies([analysis.run_summary(r) for r in runs])
+    rows = [analysis.run_summary(r) for r in runs]
+    out = compare_strategies(rows)
     b = out["blocked"]
+    # against the textbook: the two-way ANOVA of the rows' finals, the one-sample t of identity's gains
+    finals = {s: [r["final_accuracy"] for r in sorted(rows, key=lambda r: r["seed"]) if r["strategy"] == s]
+              for s in STRATEGIES}
+    ref = two_way_anova(finals)
+    assert (b["seed_F"], b["seed_p"], b["strategy_p"]) == pytest.approx((ref["seed_F"], ref["seed_p"], ref["strategy_p"]))
+    gains = [r["final_accuracy"] - r["initial_accuracy"] for r in rows if r["strategy"] == "identity"]
+    t_ref = sps.ttest_1samp(gains, 0.0)
+    learning = next(g for g in out["learning"] if g["strategy"] == "identity")
+    assert (learning["t"], learning["p"]) == pytest.approx((t_ref.statistic, t_ref.pvalue))
+    # and the figures the README publishes
     assert b["seed_F"] == pytest.approx(7.05, abs=0.01) and b["seed_p"] == pytest.approx(0.0172, abs=1e-4)
     assert b["strategy_p"] == pytest.approx(0.154, abs=1e-3) and b["ss_share"]["seed"] == pytest.approx(0.454, abs=1e-3)
     identity = next(g for g in out["learning"] if g["strategy"] == "identity")

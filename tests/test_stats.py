@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from anova_reference import two_way_anova
 from jaxdebate.stats import mcnemar_test, two_proportion_test, wilson_interval
 
 
@@ -144,16 +145,19 @@ def test_holm_by_hand():
 
 
 def test_blocked_anova_reproduces_the_sweep_and_the_paired_t():
+    """On the committed sweep (published: seed F(2, 8) = 7.05, p = 0.017, ~45% of the sum of squares;
+    strategy F(4, 8) = 2.24, p = 0.15), against the textbook two-way ANOVA."""
     from jaxdebate.stats import blocked_anova
 
     table = {s: dict(zip((42, 43, 44), v)) for s, v in SWEEP.items()}
     out = blocked_anova(table)
+    ref = two_way_anova(SWEEP)
     assert out["seeds_used"] == [42, 43, 44] and out["seeds_dropped"] == []
     assert (out["strategy_df"], out["seed_df"], out["residual_df"]) == (4, 2, 8)
-    assert out["seed_F"] == pytest.approx(7.052, abs=1e-3) and out["seed_p"] == pytest.approx(0.01716, abs=1e-5)
-    assert out["strategy_F"] == pytest.approx(2.2437, abs=1e-4) and out["strategy_p"] == pytest.approx(0.15367, abs=1e-5)
+    for key in ("seed_F", "seed_p", "strategy_F", "strategy_p"):
+        assert out[key] == pytest.approx(ref[key], rel=1e-9), key
     ss = out["ss"]
-    assert ss["seed"] / ss["total"] == pytest.approx(0.4538, abs=1e-4)
+    assert ss["seed"] / ss["total"] == pytest.approx(ref["seed_share"], rel=1e-9)
     assert ss["strategy"] + ss["seed"] + ss["residual"] == pytest.approx(ss["total"])
     # a missing cell drops its seed (and says so); two complete seeds remain
     table["coma"].pop(44)
