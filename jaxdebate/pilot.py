@@ -21,7 +21,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from jaxdebate.errors import DataError, JaxDebateError
+from jaxdebate.metrics import METRICS_FILE, read_metrics
 from jaxdebate.stats import blocks_for_halfwidth
+from jaxdebate.sweep_stats import ENDPOINTS
 
 
 def _sd(values: Sequence[float]) -> float | None:
@@ -101,12 +104,25 @@ def run_cost(state: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> 
 def _costs(setting_dir: Path) -> dict[str, float]:
     out = {}
     for path in sorted((setting_dir / "runs").glob("*/run.json")):
-        metrics = path.parent / "metrics.jsonl"
-        records = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.is_file() else []
+        metrics = path.parent / METRICS_FILE
+        records = read_metrics(metrics) if metrics.is_file() else []  # a cut last line is left out
         cost = run_cost(json.loads(path.read_text()), records)
         if cost is not None:
             out[path.parent.name] = cost
     return out
+
+
+def _summary_rows(path: Path) -> list[dict[str, Any]]:
+    """The ``runs`` of an exported ``summary.json`` (``--export``; a sweep directory's own summary.json,
+    a list of status rows, is not one)."""
+    try:
+        summary = json.loads(path.read_text())
+    except ValueError as e:
+        raise DataError(f"{path} is not JSON: {e}") from None
+    if not isinstance(summary, dict) or not isinstance(summary.get("runs"), list):
+        raise DataError(f"{path} is not an exported summary (an object with a 'runs' list, as "
+                        f"launch/sweep.py --export writes)")
+    return summary["runs"]
 
 
 def report(pilot_dir: str | Path, *, baseline: str, arm: str, endpoint: str, default: str,
@@ -116,11 +132,18 @@ def report(pilot_dir: str | Path, *, baseline: str, arm: str, endpoint: str, def
     settings = sorted(p.parent.name for p in pilot.glob("*/summary.json"))
     if not settings:
         raise FileNotFoundError(f"no exported settings (<setting>/summary.json) under {pilot}")
-    reports = {}
+    if endpoint not in ENDPOINTS:
+        raise ValueError(f"unknown endpoint {endpoint!r}; known: {', '.join(ENDPOINTS)}")
+    reports, strategies = {}, set()
     for name in settings:
-        rows = json.loads((pilot / name / "summary.json").read_text())["runs"]
+        rows = _summary_rows(pilot / name / "summary.json")
+        strategies |= {r.get("strategy") for r in rows}
         reports[name] = setting_report(rows, _costs(pilot / name), baseline=baseline, arm=arm,
                                        endpoint=endpoint, items=items)
+    absent = [f"--{flag} {value}" for flag, value in (("baseline", baseline), ("arm", arm)) if value not in strategies]
+    if absent:  # a typo would otherwise read as "not enough seeds yet"
+        raise DataError(f"no run of {' or '.join(absent)} under {pilot}; its runs are of "
+                        f"{', '.join(sorted(str(s) for s in strategies))}")
     return {"endpoint": endpoint, "baseline": baseline, "arm": arm, "settings": reports,
             "decision": decide(reports, default=default)}
 
@@ -147,14 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pilot_dir")
     parser.add_argument("--baseline", default="identity")
     parser.add_argument("--arm", default="coma")
-    parser.add_argument("--endpoint", default="final_debate_accuracy")
+    parser.add_argument("--endpoint", default="final_debate_accuracy", choices=sorted(ENDPOINTS))
     parser.add_argument("--default", default="b2", help="the setting kept unless another wins by more than 25%%")
     parser.add_argument("--items", type=int, default=300, help="evaluation items behind the endpoint")
     args = parser.parse_args(argv)
     try:
         out = report(args.pilot_dir, baseline=args.baseline, arm=args.arm, endpoint=args.endpoint,
                      default=args.default, items=args.items)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, JaxDebateError) as e:
         print(f"pilot: {e}", file=sys.stderr)
         return 2
     (Path(args.pilot_dir) / "decision.json").write_text(json.dumps(out, indent=2) + "\n")

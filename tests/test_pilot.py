@@ -86,6 +86,24 @@ def test_cli_writes_the_decision_next_to_the_settings(tmp_path, capsys):
     assert main([str(tmp_path / "missing")]) == 2
 
 
+def test_cli_names_what_is_wrong_with_its_input(tmp_path, capsys):
+    values = {("identity", 1): 0.30, ("coma", 1): 0.36, ("identity", 2): 0.40, ("coma", 2): 0.42}
+    _export(tmp_path, "b2", values, cpu=1000.0)
+    # a killed run's metrics end in a cut line: left out, as every metrics reader does
+    metrics = tmp_path / "b2" / "runs" / "coma-seed1" / "metrics.jsonl"
+    metrics.write_text(json.dumps({"step": 1, "time/validation": 10.0}) + "\n" + '{"step": 2, "time/va')
+    assert main([str(tmp_path), "--default", "b2"]) == 0
+    capsys.readouterr()
+    assert main([str(tmp_path), "--default", "b2", "--arm", "comma"]) == 2
+    assert "no run of --arm comma under" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--endpoint", "final_debate_acc"])
+    assert "invalid choice: 'final_debate_acc'" in capsys.readouterr().err
+    (tmp_path / "b2" / "summary.json").write_text(json.dumps([{"strategy": "identity"}]))  # a sweep dir's own
+    assert main([str(tmp_path), "--default", "b2"]) == 2
+    assert "summary.json is not an exported summary" in capsys.readouterr().err
+
+
 def test_the_run_that_computed_step_0_does_not_pay_for_the_seeds_other_runs():
     computed = [{"step": 0, "val/debate/accuracy/debate": 0.3}, {"step": 1, "time/validation": 500.0}]
     reused = [{"step": 0, "val/cached": 1.0}, {"step": 1, "time/validation": 0.0}]
