@@ -124,6 +124,9 @@ class Plan:
         if not isinstance(raw, dict) or set(raw) - fields or not {"arms", "seeds", "baseline", "endpoint"} <= set(raw):
             raise DataError(f"{path}: a plan has the fields {sorted(fields)} (arms, seeds, baseline and endpoint "
                             f"required), got {sorted(raw) if isinstance(raw, dict) else type(raw).__name__}")
+        for name in ("arms", "seeds", "secondary"):
+            if name in raw and not isinstance(raw[name], list):
+                raise DataError(f"{path}: {name} must be a list, got {raw[name]!r}")
         plan = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
         problems = [
             (not plan.arms or not all(isinstance(a, str) for a in plan.arms), "arms", "a list of strategy names"),

@@ -231,7 +231,8 @@ def test_plan_files_are_checked_and_fix_the_endpoint(tmp_path):
     good = {"arms": ["identity", "coma"], "seeds": [1, 2], "baseline": "identity", "endpoint": "final_debate_accuracy"}
     for change, field in (({"endpoint": "final_score"}, "endpoint"), ({"baseline": "random"}, "baseline"),
                           ({"seeds": [1, 1]}, "seeds"), ({"seeds": ["1"]}, "seeds"), ({"arms": ["coma", "coma"]}, "arms"),
-                          ({"secondary": ["final_debate_accuracy"]}, "secondary"), ({"blocks": 2}, "fields")):
+                          ({"secondary": ["final_debate_accuracy"]}, "secondary"), ({"blocks": 2}, "fields"),
+                          ({"seeds": 42}, "seeds must be a list"), ({"arms": "identity"}, "arms must be a list")):
         (tmp_path / "plan.json").write_text(json.dumps({**good, **change}))
         with pytest.raises(DataError, match=rf"plan.json: .*{field}"):
             Plan.load(tmp_path / "plan.json")
