@@ -44,9 +44,12 @@ class WorkdirLock:
                     holder = _holder(self.path)
                 if holder is not None and not self._stale(holder):
                     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("started", 0)))
+                    elsewhere = "" if holder.get("host") == socket.gethostname() else (
+                        f"; a process on another host cannot be checked from here: if it is gone (a node "
+                        f"lost to a hard kill), delete {self.path}")
                     raise RunError(f"{self.path.parent} is in use by pid {holder.get('pid')} on "
                                    f"{holder.get('host')} (since {since}); wait for it, stop it, or use "
-                                   f"another --workdir") from None
+                                   f"another --workdir{elsewhere}") from None
                 if holder is not None:
                     print(f"[jaxdebate] removing the stale lock of pid {holder.get('pid')} "
                           f"(no longer running) in {self.path.parent}", file=sys.stderr)

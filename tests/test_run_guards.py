@@ -87,6 +87,17 @@ def test_a_second_trainer_on_a_workdir_exits_2_naming_the_holder(tmp_path, capsy
     assert not (workdir / LOCK_FILE).exists()
 
 
+def test_a_lock_held_on_another_host_says_how_to_clear_it_if_that_host_is_gone(tmp_path):
+    from jaxdebate.errors import RunError
+    from jaxdebate.workdir_lock import WorkdirLock
+
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": 1234, "host": "node-7-not-" + socket.gethostname(),
+                                                  "started": 0}))
+    with pytest.raises(RunError, match=rf"in use by pid 1234 on node-7-.*if it is gone .*delete {tmp_path / LOCK_FILE}"):
+        WorkdirLock(tmp_path).acquire()
+    assert (tmp_path / LOCK_FILE).exists()  # never removed on a guess
+
+
 def test_resume_refuses_a_changed_config_unless_allowed_and_records_it(tmp_path, capsys):
     workdir = tmp_path / "run"
     assert _launch(workdir, "training.total_train_steps=1") == EXIT_OK
