@@ -14,7 +14,6 @@ number of the text). ``format_ok`` says whether the strict line is there; its me
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,7 +23,6 @@ from jaxdebate.coherence import jsonl
 from jaxdebate.coherence.arms import SEED_FORMAT, AnswerFormat, canonical_messages
 from jaxdebate.data import Item
 from jaxdebate.debate.answers import extract_answer
-from jaxdebate.errors import DataError
 from jaxdebate.sampling.base import Sampler, SamplingParams
 from jaxdebate.stats import mcnemar_test, wilson_interval
 
