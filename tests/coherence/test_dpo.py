@@ -12,7 +12,7 @@ import pytest
 from jaxdebate.coherence import batching, train
 from jaxdebate.model import lora
 from jaxdebate.coherence.config import CoherenceConfig, DPOConfig, LoraConfig
-from jaxdebate.coherence.dpo import dpo_loss, sequence_logprobs
+from jaxdebate.coherence.dpo import dpo_loss
 from jaxdebate.configlib import apply_overrides
 from jaxdebate.errors import ConfigError
 from jaxdebate.model import logits
