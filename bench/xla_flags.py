@@ -64,6 +64,21 @@ def gemm_child(reps: int) -> dict:
     return out
 
 
+def _flags(text: str) -> str:
+    """``XLA_FLAGS`` from a set written without dashes: options split at commas, except a comma inside
+    an option's value list (a piece without ``=`` continues the previous option:
+    ``xla_cpu_experimental_ynn_fusion_type=individual_dot,eltwise`` is one option)."""
+    if text == "default":
+        return ""
+    options: list[str] = []
+    for piece in text.split(","):
+        if "=" in piece or not options:
+            options.append(piece)
+        else:
+            options[-1] += "," + piece
+    return " ".join("--" + option for option in options)
+
+
 def run_child(args: list[str], flags: str) -> dict | None:
     env = dict(os.environ, XLA_FLAGS=flags)
     out = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, env=env)
@@ -77,7 +92,8 @@ def run_child(args: list[str], flags: str) -> dict | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", nargs="+", help="option sets to compare, each written without the leading "
-                        "dashes ('a=1,b=2' for two options; 'default' for none); the first is the baseline")
+                        "dashes ('a=1,b=2' for two options, 'a=x,y' for one with a list value; 'default' for "
+                        "none); the first is the baseline; a set may repeat, to alternate")
     parser.add_argument("--gemm-only", action="store_true")
     parser.add_argument("--steps", type=int, default=2, help="timed train steps after the first (median)")
     parser.add_argument("--reps", type=int, default=5)
@@ -89,8 +105,7 @@ def main() -> None:
 
     step_args = ["bench/train_step.py", "--variant", "jax-fp32-packed", "--workload", "debate", "--prompts", "1",
                  "--steps", str(args.steps), "--remat", "none"]  # as configs/arithmetic
-    sets = list(CANDIDATES) if not args.sets else [
-        "" if text == "default" else " ".join("--" + f for f in text.split(",")) for text in args.sets]
+    sets = list(CANDIDATES) if not args.sets else [_flags(text) for text in args.sets]
     rows = []
     for flags in sets:
         gemm = run_child([__file__, "--gemm-child", "--reps", str(args.reps)], flags)
