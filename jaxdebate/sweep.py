@@ -81,12 +81,16 @@ def finished_config(workdir: str | Path) -> dict[str, Any] | None:
 
     workdir = Path(workdir)
     history = workdir / HISTORY_FILE
-    if history.is_file():
-        entries = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
-        if entries:
-            return entries[-1]["config"]
     path = workdir / CONFIG_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    try:
+        if history.is_file():
+            entries = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
+            if entries:
+                return entries[-1]["config"]
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (ValueError, KeyError) as e:
+        raise ConfigError(f"{workdir}: unreadable {HISTORY_FILE} or {CONFIG_FILE} ({e}); cannot tell what the "
+                          f"finished run ran") from None
 
 
 def check_finished_runs(runs: Iterable[RunSpec]) -> None:

@@ -104,5 +104,5 @@ def _refuse_shared(train: list[Item], held_out: list[Item], field: str) -> None:
     if shared:
         raise DataError(
             f"data.{field} shares {len(shared)} of its {len(held_out)} problems with data.train "
-            f"(first: item {shared[0].id!r}: {shared[0].problem[:80]!r}); use disjoint sets, or "
-            f"data.validation=None to hold items out of data.train")
+            f"(first: item {shared[0].id!r}: {shared[0].problem[:80]!r}); use disjoint sets"
+            + (", or data.validation=None to hold items out of data.train" if field == "validation" else ""))
