@@ -74,34 +74,15 @@ def effective_status(spec: RunSpec) -> str:
     return status
 
 
-def finished_config(workdir: str | Path) -> dict[str, Any] | None:
-    """The config a run's last steps ran with (its last ``config_history.jsonl`` entry, else
-    ``config.json``); ``None`` before its first step."""
-    from jaxdebate.rl.config_history import CONFIG_FILE, HISTORY_FILE
-
-    workdir = Path(workdir)
-    history = workdir / HISTORY_FILE
-    path = workdir / CONFIG_FILE
-    try:
-        if history.is_file():
-            entries = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
-            if entries:
-                return entries[-1]["config"]
-        return json.loads(path.read_text()) if path.is_file() else None
-    except (ValueError, KeyError) as e:
-        raise ConfigError(f"{workdir}: unreadable {HISTORY_FILE} or {CONFIG_FILE} ({e}); cannot tell what the "
-                          f"finished run ran") from None
-
-
 def check_finished_runs(runs: Iterable[RunSpec]) -> None:
     """A finished run is skipped only when it ran what its spec asks for now: a relaunch with other
     overrides or another config would otherwise mix both designs in one sweep. ConfigError naming
     each run and field (cluster scheduling, logging and checkpoint retention may differ)."""
-    from jaxdebate.rl.config_history import changes, is_safe
+    from jaxdebate.rl.config_history import changes, is_safe, last_config
 
     differ = []
     for spec in runs:
-        ran = finished_config(spec.workdir) if effective_status(spec) == "done" else None
+        ran = last_config(spec.workdir) if effective_status(spec) == "done" else None
         if ran is None:
             continue
         wanted = apply_overrides(load_config(spec.config_path), list(spec.overrides))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxdebate.configlib import diff, from_dict, to_dict
-from jaxdebate.errors import RunError
+from jaxdebate.errors import ConfigError, RunError
 
 CONFIG_FILE = "config.json"
 HISTORY_FILE = "config_history.jsonl"
@@ -67,3 +67,19 @@ def record(workdir: Path, config: Any, step: int, found: Sequence[Change]) -> No
                  "config": to_dict(config)}
         with (workdir / HISTORY_FILE).open("a") as f:
             f.write(json.dumps(entry) + "\n")
+
+
+def last_config(workdir: Path | str) -> dict[str, Any] | None:
+    """The config a run's latest steps ran with: its last history entry, else ``config.json``
+    (``None`` before its first step); ConfigError naming the workdir when either is unreadable."""
+    workdir = Path(workdir)
+    try:
+        entries = [json.loads(line) for line in (workdir / HISTORY_FILE).read_text().splitlines()
+                   if line.strip()] if (workdir / HISTORY_FILE).is_file() else []
+        if entries:
+            return entries[-1]["config"]
+        path = workdir / CONFIG_FILE
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (ValueError, KeyError) as e:
+        raise ConfigError(f"{workdir}: unreadable {HISTORY_FILE} or {CONFIG_FILE} ({e}); cannot tell what the "
+                          f"run ran") from None
