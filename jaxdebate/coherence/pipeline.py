@@ -143,17 +143,14 @@ ROLLOUTS_REMEDY = "collect into another collect.rollouts (or workdir), or use th
 
 
 def collect(ctx: Context) -> dict[str, Any]:
-    """Stage 1: every arm's trajectory for the first ``data.n_questions`` training questions; a
-    rollouts file made with another setting (model, data, arms, format, scores, sampling) is refused."""
+    """Stage 1: every arm's trajectory for the first ``data.n_questions`` training questions (a
+    rollouts file made with another setting is refused by :func:`run` first)."""
     from jaxdebate.coherence.collect import collect as run
     from jaxdebate.data import load_items
 
     cfg = ctx.config
     items = load_items(cfg.data.train, limit=cfg.data.n_questions)
-    path = rollouts_path(cfg)
-    if jsonl.check_setting(path, collect_setting(cfg), what="rollouts", remedy=ROLLOUTS_REMEDY,
-                           unrecorded="adopt") == "adopted":
-        _say(ctx, f"collect: {path} predates setting files; recorded this config's setting as its own")
+    path = rollouts_path(cfg)  # held to its setting by run() before any stage
     started = time.perf_counter()
     stats = run(
         items, ctx.sampler, ctx.tokenizer, ctx.grader, path, cfg.collect, cfg.scores,
@@ -297,19 +294,22 @@ RUNNERS = {"collect": collect, "pairs": pairs, "train": train, "eval": evaluate}
 
 
 def _check_inputs(config: CoherenceConfig, stages: tuple[str, ...]) -> None:
-    """What a later stage reads, checked before the first one runs: a typo in ``data.eval`` or a
-    directory as ``collect.rollouts`` would otherwise fail hours in."""
+    """What a later stage reads, checked before the first one runs and before config.json is
+    rewritten: a typo in ``data.eval``, a directory as ``collect.rollouts`` (both would fail hours
+    in), rollouts of another setting (refused; one older than setting files is adopted by collect)."""
     from jaxdebate.data import load_items
 
     rollouts = config.collect.rollouts
     if rollouts and Path(rollouts).expanduser().is_dir():
         raise ConfigError(f"collect.rollouts={rollouts!r} is a directory: name the JSONL file (e.g. "
                           f"{rollouts.rstrip('/')}/rollouts.jsonl)")
-    if {"collect", "pairs"} & set(stages):  # refused here, before config.json is rewritten
-        jsonl.check_setting(rollouts_path(config), collect_setting(config), what="rollouts",
-                            remedy=ROLLOUTS_REMEDY, unrecorded="skip")
     if "eval" in stages:
         load_items(config.data.eval, limit=config.data.eval_limit)
+    if {"collect", "pairs"} & set(stages):  # last: it may record the setting
+        path = rollouts_path(config)
+        if jsonl.check_setting(path, collect_setting(config), what="rollouts", remedy=ROLLOUTS_REMEDY,
+                               unrecorded="adopt" if "collect" in stages else "skip") == "adopted":
+            print(f"collect: {path} predates setting files; recorded this config's setting as its own", flush=True)
 
 
 def run(config: CoherenceConfig, stages: tuple[str, ...] = STAGES, *, workdir: str | Path | None = None,
