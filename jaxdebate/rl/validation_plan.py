@@ -6,7 +6,8 @@ validation, the ``data.transfer`` set. Every validation writes ``WORKDIR/validat
 (one row per item and environment: :func:`jaxdebate.rl.validation.item_rows`).
 
 Step 0 validates the base model, which is the same computation in every run of a sweep that shares
-the model, the items, the debate protocol, the sampling settings and the code: its metrics and
+the model, the items, the debate protocol, the sampling settings, the code and what else decides its
+bits (:func:`sampler_identity`: the CPU's vector flags, jax's version, ``XLA_FLAGS``): its metrics and
 rows are cached under ``$JAXDEBATE_CACHE/validation/<key>.json`` and reused (``val/cached`` = 1).
 Within a step, a greedy request the step's sets repeat is decoded once (:mod:`jaxdebate.sampling.memo`;
 ``val/reused_completions`` counts the completions answered from memory).
@@ -18,7 +19,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from jaxdebate.configlib import to_dict
 from jaxdebate.data import Item
 from jaxdebate.rl.validation import item_rows, validate
 from jaxdebate.sampling.base import SamplingParams
-from jaxdebate.sampling.hardware import bf16_flags
+from jaxdebate.sampling.hardware import simd_flags
 from jaxdebate.sampling.memo import memoize_greedy
 
 ROWS_DIR = "validation"
@@ -83,7 +84,19 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def initial_key(config, sets: Sequence[ValidationSet], sampler_identity: str) -> str:
+def sampler_identity(sampler: Any, environ: Mapping[str, str] = os.environ, flags: Sequence[str] | None = None) -> str:
+    """What decodes step 0 beyond the config: the sampler's class, the CPU's vector instructions (XLA's
+    fp32 reductions differ between AVX2 and AVX-512), the jax/jaxlib versions and ``XLA_FLAGS`` (an
+    option such as a fusion type moves the last bits, and greedy answers with them); ``environ`` and
+    ``flags`` default to this process's and this CPU's."""
+    import jax
+    import jaxlib
+
+    return json.dumps([type(sampler).__name__, simd_flags(flags), jax.__version__, jaxlib.__version__,
+                       environ.get("XLA_FLAGS", "").split()])
+
+
+def initial_key(config, sets: Sequence[ValidationSet], identity: str) -> str:
     """What step 0's validation depends on: model, items, debate protocol, sampling, backend, code, and
     the training seed only where it can matter (sampled validation, or a seeded LoRA init): greedy
     decoding of the base weights is the same for every seed, so a sweep computes it once, not once per
@@ -96,7 +109,7 @@ def initial_key(config, sets: Sequence[ValidationSet], sampler_identity: str) ->
         "eval_batch_size": config.training.eval_batch_size, "seed": config.training.seed if seeded else None,
         "sets": [[s.prefix, s.env, dict(s.remap or {}), [[i.id, i.problem, i.answer, i.env] for i in s.items]]
                  for s in sets],
-        "sampler_identity": sampler_identity, "code": _code_digest(),
+        "sampler_identity": identity, "code": _code_digest(),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
@@ -133,7 +146,7 @@ def run(step: int, config, sampler, tokenizer, grader, val_items: Sequence[Item]
         return {}
     key = None
     if step == 0 and config.training.reuse_initial_validation:
-        key = initial_key(config, sets, f"{type(sampler).__name__}:{','.join(sorted(bf16_flags()))}")
+        key = initial_key(config, sets, sampler_identity(sampler))
         cached = load_cached(key)
         if cached is not None:
             write_rows(workdir, step, cached[1])

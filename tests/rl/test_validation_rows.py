@@ -116,3 +116,24 @@ def test_evaluation_decoding_is_greedy_without_a_nucleus_cut():
     train, evaluation = s.sampling_params(), s.sampling_params(evaluation=True)
     assert (train.temperature, train.top_p, train.max_tokens) == (0.7, 0.9, 48)
     assert (evaluation.temperature, evaluation.top_p, evaluation.max_tokens) == (0.0, 1.0, 48)
+
+
+def test_the_step_0_key_holds_what_decides_the_bits_besides_the_config():
+    """A cached step 0 is reused only where it would decode the same: not across AVX2 and AVX-512
+    CPUs, nor under other XLA options (both move fp32's last bits); unrelated variables do not matter."""
+    from configs.smoke import get_config
+
+    class JaxSampler:
+        pass
+
+    def key(environ, flags=("avx512f", "avx512_bf16", "sse4_2")):
+        identity = validation_plan.sampler_identity(JaxSampler(), environ, flags)
+        return validation_plan.initial_key(get_config(), [], identity)
+
+    base = key({"XLA_FLAGS": "--xla_force_host_platform_device_count=1", "HOME": "/a"})
+    assert key({"XLA_FLAGS": "--xla_force_host_platform_device_count=1", "HOME": "/b"}) == base
+    assert key({"XLA_FLAGS": "--xla_force_host_platform_device_count=1 "
+                             "--xla_cpu_experimental_ynn_fusion_type=individual_dot,eltwise"}) != base
+    assert key({}) != base
+    assert key({"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}, flags=("sse4_2", "avx2")) != base
+    assert key({"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}, flags=("avx512_bf16", "avx512f")) == base
