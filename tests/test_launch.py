@@ -240,6 +240,16 @@ def test_oversized_prompts_fail_the_dry_run_naming_file_and_line(tmp_path, capsy
     assert re.search(rf"{re.escape(str(data))}:6 \(item 'big/5'\): 30\d\d tokens", err), err
 
 
+def test_an_item_in_an_unregistered_environment_fails_the_dry_run_naming_file_and_line(tmp_path, capsys):
+    data = tmp_path / "envs.jsonl"
+    data.write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n"
+                    + json.dumps({"problem": "2+2?", "answer": "4", "env": "chess"}) + "\n")
+    args = ["--config", "configs/smoke.py", "--dry-run", "--set", f"data.train={data}", "data.validation_size=0"]
+    assert main(args) == EXIT_ERROR
+    assert capsys.readouterr().err == (f"error: {data}:2 (item 'envs/1'): environment 'chess' is not registered; "
+                                       "registered: math, math_debate\n")
+
+
 def test_oversized_prompts_stop_training_before_the_model_loads(tmp_path, capsys):
     data = _data_with_oversized_items(tmp_path)
     workdir = tmp_path / "run"

@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from jaxdebate.data.items import Item
-from jaxdebate.debate.envs import DebateEnv, make_env, route
+from jaxdebate.debate.envs import DebateEnv, env_names, make_env, route
+from jaxdebate.errors import DataError
 from jaxdebate.debate.fitting import check_first_prompts
 from jaxdebate.rl.validation_plan import plan
 
@@ -16,12 +17,18 @@ if TYPE_CHECKING:
 
 
 def envs_for(items: Sequence[Item], config: Config, remap: Mapping[str, str] | None) -> list[DebateEnv]:
-    """The environment that plays each item (one instance per environment name)."""
+    """The environment that plays each item (one instance per environment name); a DataError naming
+    the item and where it was read when its environment is not registered."""
     cache: dict[str, DebateEnv] = {}
     out = []
     for item in items:
         name = route(item.env, dict(remap or {}))
         if name not in cache:
+            if name not in env_names():
+                where = f"{item.origin} (item {item.id!r})" if item.origin else f"item {item.id!r}"
+                # a remap target is checked with the config; what reaches here is the item's own env
+                raise DataError(f"{where}: environment {name!r} is not registered; "
+                                f"registered: {', '.join(env_names())}")
             cache[name] = make_env(name, config.debate)
         out.append(cache[name])
     return out
