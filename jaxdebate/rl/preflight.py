@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from jaxdebate.data.items import Item
 from jaxdebate.debate.envs import DebateEnv, env_names, make_env, route
-from jaxdebate.errors import DataError
 from jaxdebate.debate.fitting import check_first_prompts
+from jaxdebate.errors import DataError
 from jaxdebate.rl.validation_plan import plan
 
 if TYPE_CHECKING:
