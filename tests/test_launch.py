@@ -246,8 +246,9 @@ def test_an_item_in_an_unregistered_environment_fails_the_dry_run_naming_file_an
                     + json.dumps({"problem": "2+2?", "answer": "4", "env": "chess"}) + "\n")
     args = ["--config", "configs/smoke.py", "--dry-run", "--set", f"data.train={data}", "data.validation_size=0"]
     assert main(args) == EXIT_ERROR
-    assert capsys.readouterr().err == (f"error: {data}:2 (item 'envs/1'): environment 'chess' is not registered; "
-                                       "registered: math, math_debate\n")
+    # other tests in this process may have registered environments of their own after these two
+    assert re.fullmatch(rf"error: {re.escape(str(data))}:2 \(item 'envs/1'\): environment 'chess' is not "
+                        r"registered; registered: math, math_debate(, \w+)*\n", capsys.readouterr().err)
 
 
 def test_oversized_prompts_stop_training_before_the_model_loads(tmp_path, capsys):
@@ -267,12 +268,12 @@ def test_first_prompt_lengths_are_exact_or_a_lower_bound():
     from jaxdebate.data.items import Item
     from jaxdebate.debate.fitting import first_prompt_lengths
     from jaxdebate.model import load_tokenizer
-    from jaxdebate.rl.preflight import envs_for
+    from jaxdebate.debate.envs import envs_for
 
     tok = load_tokenizer("tiny")
     items = [Item(f"i{k}", text, "1") for k, text in
              enumerate(["Compute $2+3$.", "é " * 200, "long " * 150, "word " * 40_000, "x" * 5_000_000])]
-    envs = envs_for(items, Config(), None)
+    envs = envs_for(items, Config().debate)
     exact = [len(tok.encode_chat(env.first_messages(it))) for env, it in zip(envs[:4], items[:4])]
     got = first_prompt_lengths(envs, items, tok, budget=100)
     assert got[0] is None and exact[0] <= 100

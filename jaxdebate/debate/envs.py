@@ -8,7 +8,7 @@ turn. ``math`` is one agent answering once; ``math_debate`` is the DESIGN §3 de
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from jaxdebate.data.items import Item
 from jaxdebate.debate.answers import extract_answer
@@ -122,7 +122,7 @@ def env_names() -> list[str]:
 
 def make_env(name: str, config: DebateConfig) -> DebateEnv:
     if name not in _REGISTRY:
-        raise DataError(f"unknown environment {name!r}; registered: {', '.join(env_names())}")
+        raise DataError(f"environment {name!r} is not registered; registered: {', '.join(env_names())}")
     env = _REGISTRY[name](config)
     if env.num_agents < 1 or env.num_rounds < 1:
         raise ConfigError(f"environment {name!r} has {env.num_agents} agents and {env.num_rounds} rounds; need >= 1 each")
@@ -132,6 +132,25 @@ def make_env(name: str, config: DebateConfig) -> DebateEnv:
 def route(item_env: str, env_name_remap: dict[str, str] | None) -> str:
     """The environment that plays an item: its ``env`` after ``env_name_remap``."""
     return (env_name_remap or {}).get(item_env, item_env)
+
+
+def envs_for(items: Sequence[Item], config: DebateConfig, env_name_remap: Mapping[str, str] | None = None
+             ) -> list[DebateEnv]:
+    """The environment that plays each item (one instance per name); an unregistered one is a DataError
+    naming the item, where it was read and, when remapped, its own ``env``."""
+    remap = dict(env_name_remap or {})
+    cache: dict[str, DebateEnv] = {}
+    out = []
+    for item in items:
+        name = route(item.env, remap)
+        if name not in cache:
+            try:
+                cache[name] = make_env(name, config)
+            except DataError as err:
+                remapped = f" (env {item.env!r} remapped)" if name != item.env else ""
+                raise DataError(f"{item.where}{remapped}: {err}") from None
+        out.append(cache[name])
+    return out
 
 
 @register_env("math")

@@ -23,7 +23,7 @@ from jaxdebate.debate.answers import extract_answer
 from jaxdebate.debate.batch import DebateBatch, Turn
 from jaxdebate.debate.classes import answer_classes_many
 from jaxdebate.debate.config import DebateConfig
-from jaxdebate.debate.envs import make_env, route
+from jaxdebate.debate.envs import envs_for
 from jaxdebate.debate.fitting import debate_prompt, first_prompt
 from jaxdebate.debate.grading import Grader
 from jaxdebate.errors import ConfigError, DataError, SamplerError
@@ -126,16 +126,7 @@ def run_debates(
             f"debate.max_sequence_length={config.max_sequence_length} leaves no room for a prompt with "
             f"max_tokens={sampling.max_tokens}"
         )
-    env_cache = {}
-    envs = []
-    for item in items:
-        name = route(item.env, dict(env_name_remap or {}))
-        if name not in env_cache:
-            try:
-                env_cache[name] = make_env(name, config)
-            except DataError as e:
-                raise DataError(f"item {item.id!r} (env {item.env!r}): {e}") from None
-        envs.append(env_cache[name])
+    envs = envs_for(items, config, env_name_remap)
     B, G = len(items), n_rollouts
     A = max(config.num_agents, *(e.num_agents for e in envs))
     R = max(config.num_rounds, *(e.num_rounds for e in envs))

@@ -183,7 +183,7 @@ def test_env_name_remap_routes_items(tokenizer, grader):
     assert remapped.env_names == ("math_debate", "math_debate") and remapped.active.all()
 
     sampler = ScriptedSampler(tokenizer, respond, seed=SEED, shape=(2, 2, 3, 2))
-    with pytest.raises(DataError, match="item 'm/0' \\(env 'math'\\): unknown environment 'chess'"):
+    with pytest.raises(DataError, match="item 'm/0' \\(env 'math' remapped\\): environment 'chess' is not registered"):
         run_debates(sampler, tokenizer, items, config=DebateConfig(), n_rollouts=2, sampling=SAMPLING,
                     grader=grader, env_name_remap={"math": "chess"}, seed=SEED)
     assert sampler.calls == []  # nothing sampled
