@@ -9,8 +9,9 @@
 #   END=... DRY=1 bash scripts/arithmetic_v2_session.sh     # say which block would begin, start nothing
 # END (required): when this session's runs must have ended. A block is begun only if its unfinished
 # runs end by then at RUN_S seconds each: by default a fifth of the slowest of the last 5 complete
-# blocks on a CPU with this machine's flags (+600 s when this machine has no cached step-0
-# validation), since the sweep's own --deadline estimates from the mean run of every machine so far.
+# blocks on a CPU with this machine's flags, or of the slowest block of any kind on a CPU kind new to
+# the sweep (+600 s when this machine has no cached step-0 validation), since the sweep's own
+# --deadline estimates from the mean run of every machine so far.
 # A block's total varies less than its slowest run (one slow run in five is common). TREE: the worktree
 # (default ../sweep; created at the commit below if missing, with this checkout's .venv).
 set -euo pipefail
@@ -69,10 +70,13 @@ for path in pathlib.Path(sys.argv[1]).glob("*-seed*/run.json"):
     run = json.loads(path.read_text())
     if run.get("status") == "done":
         blocks[path.parent.name.rsplit("-seed", 1)[1]].append(run)
+whole = [runs for runs in blocks.values() if len(runs) == 5]
 mine = sorted((max(r["finished_at"] for r in runs), sum(r["wall_time_s"] for r in runs))
-              for runs in blocks.values()
-              if len(runs) == 5 and all(r.get("cpu_flags", "") == sys.argv[2] for r in runs))
-print(round(max(total for _, total in mine[-5:]) / 5) if mine else "")
+              for runs in whole if all(r.get("cpu_flags", "") == sys.argv[2] for r in runs))
+if mine:
+    print(round(max(total for _, total in mine[-5:]) / 5))
+elif whole:  # a CPU kind new to the sweep: the slowest block of any kind, until one of its own is in
+    print(round(max(sum(r["wall_time_s"] for r in runs) for runs in whole) / 5), "any")
 EOF
 }
 
@@ -103,11 +107,12 @@ while :; do
     if [ "$left" -gt 0 ]; then block=$i; break; fi
   done
   [ -n "$block" ] || { echo "[session] all $N_BLOCKS blocks are in"; break; }
-  run_s=$(run_seconds)
-  if [ -z "$run_s" ]; then
-    echo "[session] no committed run on this CPU kind yet: set RUN_S, this machine's expected seconds a run" >&2
+  read -r run_s basis <<< "$(run_seconds)" || true
+  if [ -z "${run_s:-}" ]; then
+    echo "[session] no complete block committed yet: set RUN_S, this machine's expected seconds a run" >&2
     exit 2
   fi
+  [ "${basis:-}" != any ] || echo "[session] no complete block on this CPU kind yet: estimating from the slowest block of any kind"
   step0=0  # the block's first run validates step 0 when this machine has not cached it (~500 s)
   [ -n "$(ls -A "$cache" 2>/dev/null)" ] || step0=600
   need=$((left * run_s + step0)) now=$(date +%s)
