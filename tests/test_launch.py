@@ -266,9 +266,9 @@ def test_oversized_prompts_stop_training_before_the_model_loads(tmp_path, capsys
 def test_first_prompt_lengths_are_exact_or_a_lower_bound():
     from jaxdebate.config import Config
     from jaxdebate.data.items import Item
+    from jaxdebate.debate.envs import envs_for
     from jaxdebate.debate.fitting import first_prompt_lengths
     from jaxdebate.model import load_tokenizer
-    from jaxdebate.debate.envs import envs_for
 
     tok = load_tokenizer("tiny")
     items = [Item(f"i{k}", text, "1") for k, text in
