@@ -135,7 +135,15 @@ def _load_direct(model, tensors: dict) -> None:
                 raise ValueError(f"weight sync: {sources[0]}... give {tuple(matrix.shape)} for {name}, "
                                  f"the served model has {expected}")
             module.weight = torch.nn.Parameter(matrix, requires_grad=False)
-            module.quant_method.process_weights_after_loading(module)
+            try:
+                module.quant_method.process_weights_after_loading(module)
+            except RuntimeError as err:
+                if "contiguous" not in str(err):
+                    raise
+                # on CPUs with AMX vLLM packs the matrix for its tiles, and that packer reads only
+                # row-major storage: give it a copy in that layout (elsewhere the view is kept, no copy)
+                module.weight = torch.nn.Parameter(matrix.contiguous(), requires_grad=False)
+                module.quant_method.process_weights_after_loading(module)
         params = dict(model.named_parameters())
         for name, tensor in remaining.items():
             param = params.get(name)
