@@ -75,6 +75,10 @@ def test_merged_rows_of_transposed_parts_equal_the_hf_concatenation():
     assert torch.equal(merged, torch.cat([q.t(), k.t()], dim=0)) and merged.t().is_contiguous()
     dense = [torch.randn(6, 8), torch.randn(2, 8)]  # HF [out, in]
     assert torch.equal(vllm_worker_ext._stack_rows(dense), torch.cat(dense, dim=0))
+    # the layout vLLM's AMX packer reads: the same matrix, [out, in] storage, for merged and single parts
+    for parts in ([q.t(), k.t()], [q.t()]):
+        rows = vllm_worker_ext._stack_rows(parts, row_major=True)
+        assert torch.equal(rows, torch.cat(parts, dim=0)) and rows.is_contiguous()
 
 
 # -- sampler.vllm.sync and sync_dir for a server on another host

@@ -112,6 +112,7 @@ def _load_direct(model, tensors: dict) -> None:
     every other parameter: an in-place copy. Unknown names and wrong shapes are errors."""
     import torch
     from vllm.model_executor.layers.linear import LinearBase
+    from vllm.model_executor.layers.utils import check_cpu_sgl_kernel
 
     packed = dict(getattr(model, "packed_modules_mapping", {}) or {})
     remaining = dict(tensors)
@@ -129,21 +130,15 @@ def _load_direct(model, tensors: dict) -> None:
                 raise ValueError(f"weight sync: {name} needs {sources} together, missing {missing}")
             parts = [remaining.pop(s) for s in sources]
             dtype = module.weight.dtype
-            matrix = _stack_rows(parts).to(dtype)
             expected = (module.output_size_per_partition, module.input_size_per_partition)
+            # on CPUs with AMX vLLM packs small bf16/fp16 matrices for its tiles, and that packer reads
+            # only row-major storage; everywhere else the transposed view is served without a copy
+            matrix = _stack_rows(parts, row_major=check_cpu_sgl_kernel(*expected, dtype)).to(dtype)
             if tuple(matrix.shape) != expected:
                 raise ValueError(f"weight sync: {sources[0]}... give {tuple(matrix.shape)} for {name}, "
                                  f"the served model has {expected}")
             module.weight = torch.nn.Parameter(matrix, requires_grad=False)
-            try:
-                module.quant_method.process_weights_after_loading(module)
-            except RuntimeError as err:
-                if "contiguous" not in str(err):
-                    raise
-                # on CPUs with AMX vLLM packs the matrix for its tiles, and that packer reads only
-                # row-major storage: give it a copy in that layout (elsewhere the view is kept, no copy)
-                module.weight = torch.nn.Parameter(matrix.contiguous(), requires_grad=False)
-                module.quant_method.process_weights_after_loading(module)
+            module.quant_method.process_weights_after_loading(module)
         params = dict(model.named_parameters())
         for name, tensor in remaining.items():
             param = params.get(name)
@@ -158,13 +153,14 @@ def _load_direct(model, tensors: dict) -> None:
             target.copy_(tensor)
 
 
-def _stack_rows(parts: list):
+def _stack_rows(parts: list, row_major: bool = False):
     """The ``[out, in]`` parts of a merged layer (q|k|v, gate|up) stacked along ``out``. Transposed
-    views (``[in, out]`` storage) are joined in their storage layout and stay transposed."""
+    views (``[in, out]`` storage) are joined in their storage layout and stay transposed, unless
+    ``row_major`` asks for ``[out, in]`` storage."""
     import torch
 
     if len(parts) == 1:
-        return parts[0]
-    if all(p.t().is_contiguous() for p in parts):
+        return parts[0].contiguous() if row_major else parts[0]
+    if not row_major and all(p.t().is_contiguous() for p in parts):
         return torch.cat([p.t() for p in parts], dim=1).t()
     return torch.cat(parts, dim=0)
