@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxdebate.answer_profile import format_profiles, profiles
 from jaxdebate.errors import DataError
 from jaxdebate.metrics import METRICS_FILE, read_metrics
 from jaxdebate.provenance import provenance
@@ -49,6 +50,7 @@ REWARD_SHAPED = "train/reward/shaped/mean"
 ZERO_ADVANTAGE = "train/zero_advantage_fraction"
 KL = "learner/kl"
 VAL_AGENT_PREFIX = "val/accuracy/agent_"
+ANSWERS_FILE = "answers.md"  # what each run answered at its last validation (jaxdebate.answer_profile)
 PLAN_FILE = "plan.json"  # a results directory's pre-registered design (sweep_stats.Plan)
 VAL_ALL = "val/accuracy"
 
@@ -429,7 +431,7 @@ def results_plan(out_dir: str | Path, endpoint: str | None) -> tuple[Plan | None
 def export_results(sweep_dir: str | Path, out_dir: str | Path, endpoint: str | None = None) -> Path:
     """Write a sweep's small artefacts (no checkpoints) to ``out_dir``: ``summary.json`` (``runs``,
     the per-strategy ``table``, the seed-level ``comparison`` on the primary endpoint and the
-    ``secondary_endpoints``, the commit of the analysis), ``table.md``, every run's ``metrics.jsonl``,
+    ``secondary_endpoints``, the commit of the analysis), ``table.md``, ``answers.md``, every run's ``metrics.jsonl``,
     config and its first and last per-item validation files, and the PNG plots. A ``plan.json`` in
     ``out_dir`` fixes the design and the endpoint (:func:`results_plan`)."""
     import shutil
@@ -444,6 +446,9 @@ def export_results(sweep_dir: str | Path, out_dir: str | Path, endpoint: str | N
     summary["analysed_by"] = {k: v for k, v in provenance().items() if k in ("commit", "dirty")}
     (out / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2, allow_nan=False) + "\n")
     (out / "table.md").write_text(format_summary(summary))
+    answered = profiles(runs)
+    if answered:
+        (out / ANSWERS_FILE).write_text(format_profiles(answered))
     for run in runs:
         dest = out / "runs" / run.name
         if dest.resolve() == run.workdir.resolve():  # re-analysing exported results in place

@@ -93,9 +93,9 @@ land() {  # commit each run the sweep has exported since the last call (its run.
     nice -n 10 .venv/bin/python -m jaxdebate.analysis "$R/runs" --out "$R/plots" --results "$R" > "$LOG.export" 2>&1 \
       || { echo "[session] export failed after $run:" >&2; cat "$LOG.export" >&2; }
     n=$(ls -d "$R"/runs/*-seed"$seed" | wc -l)
-    git add "$R/runs/$run" "$R/summary.json" "$R/table.md" "$R/plots"
+    git add "$R/runs/$run" "$R/summary.json" "$R/table.md" "$R/answers.md" "$R/plots"
     git commit -q -m "results/arithmetic-v2: main sweep block $((seed - FIRST_SEED + 1)) (seed $seed), run $n/5:\
- ${run%-seed*} ($status; ${COMMIT:0:7}, $cpu)" -- "$R/runs/$run" "$R/summary.json" "$R/table.md" "$R/plots"
+ ${run%-seed*} ($status; ${COMMIT:0:7}, $cpu)" -- "$R/runs/$run" "$R/summary.json" "$R/table.md" "$R/answers.md" "$R/plots"
     echo "[session] $(date -u +%H:%M:%S) UTC committed $run ($status): $(git log -1 --format=%h)"
   done
 }

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from jaxdebate import analysis
+from jaxdebate.errors import DataError
 from jaxdebate.stats import blocked_anova, holm, mcnemar_test, one_sample_t, paired_t, seeds_needed, t_interval
 from jaxdebate.run_items import run_item_test, run_item_tests
 from jaxdebate.sweep_stats import compare_strategies, curve_area, endpoint_values
@@ -225,7 +226,6 @@ def test_a_plan_counts_what_is_missing_against_it(tmp_path):
 
 
 def test_plan_files_are_checked_and_fix_the_endpoint(tmp_path):
-    from jaxdebate.errors import DataError
     from jaxdebate.sweep_stats import Plan
 
     good = {"arms": ["identity", "coma"], "seeds": [1, 2], "baseline": "identity", "endpoint": "final_debate_accuracy"}
@@ -403,3 +403,52 @@ def test_the_committed_arithmetic_sweep_reanalysed():
     assert identity["t"] == pytest.approx(2.233, abs=1e-3) and identity["df"] == 2 and identity["p"] == pytest.approx(0.155, abs=1e-3)
     assert all(c["p_holm"] == pytest.approx(0.515, abs=1e-3) for c in out["vs_baseline"])
     assert out["power"]["seeds_needed"] == {"0.05": 26, "0.10": 9}
+
+
+def test_answer_profiles_count_missing_and_repeated_answers_and_are_exported(tmp_path):
+    from jaxdebate.answer_profile import answer_profile
+
+    sweep = tmp_path / "sweep"
+    for strategy in ("identity", "coma"):
+        workdir = _write_run(sweep, strategy, 1, [0.3, 0.2, 0.05], [0.2, 0.2, 0.1])
+        _write_items(workdir, 0, {("heldout", "debate"): [True] * 3 + [False] * 7})
+    # coma's last validation: 2 debates without a number, the wrong `5` on 7, one right answer; the
+    # single-agent rows of the same file are another mode and do not count
+    rows = [{"id": f"q{i}", "gold": "4", "set": "heldout", "mode": "debate", "answer": a, "correct_final": a == "4"}
+            for i, a in enumerate([None, None, "4"] + ["5"] * 7)]
+    rows += [{"id": "q0", "gold": "4", "set": "heldout", "mode": "single", "answer": None, "correct_final": False}]
+    (sweep / "coma-seed1" / "validation" / "step_4.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with (sweep / "coma-seed1" / "metrics.jsonl").open("a") as f:
+        for step, team, tokens in ((1, 0.5, 14.0), (2, 0.0, 9.0), (3, 0.0, 3.5)):
+            f.write(json.dumps({"step": step, "train/accuracy/team": team, "train/completion_tokens_mean": tokens}) + "\n")
+    profile = answer_profile(analysis.load_run(sweep / "coma-seed1"))
+    assert (profile.step, profile.items, profile.no_answer) == (4, 10, 2)
+    assert (profile.top_answer, profile.top_count, profile.distinct) == ("5", 7, 2)
+    assert profile.accuracy == pytest.approx(0.1) and profile.curve == ((0, 0.3), (2, 0.2), (4, 0.05))
+    assert profile.zero_train_steps == (2, 3) and profile.completion_tokens == (14.0, 3.5)
+    analysis.export_results(sweep, tmp_path / "results")
+    table = (tmp_path / "results" / analysis.ANSWERS_FILE).read_text()
+    # identity has only its step-0 rows: its last validation is step 0, all 10 answered
+    assert "| identity-seed1 | 10 | 0 | `5` × 7 | 2 | 0.300 | 0.200 | **0.050** | 0 of 0 | – → – |" in table
+    assert "| coma-seed1 | 10 | 2 | `5` × 7 | 2 | 0.300 | 0.200 | **0.050** | 2 of 3 | 14.0 → 3.5 |" in table
+    # a damaged row names its file and line
+    with (sweep / "coma-seed1" / "validation" / "step_4.jsonl").open("a") as f:
+        f.write('{"id": "q11", "set": "heldout"}\n')
+    with pytest.raises(DataError, match=r"step_4\.jsonl:12: a validation row needs mode, answer, correct_final"):
+        answer_profile(analysis.load_run(sweep / "coma-seed1"))
+
+
+def test_the_committed_v2_runs_answer_as_their_metrics_and_the_readme_say():
+    """Every committed arithmetic-v2 run's last rows give the accuracy its metrics logged; three
+    collapsed runs answer as the README describes them (counted by hand from the same rows)."""
+    from jaxdebate.answer_profile import answer_profile
+
+    runs = {r.name: r for r in analysis.load_sweep(REPO / "results" / "arithmetic-v2" / "runs")}
+    profiles = {name: answer_profile(run) for name, run in runs.items()}
+    assert len(profiles) >= 110 and all(p is not None and p.items == 300 for p in profiles.values())
+    for name, p in profiles.items():
+        assert p.curve[-1] == (p.step, pytest.approx(p.accuracy, abs=1e-6)), name
+    assert profiles["coma-seed1007"].no_answer == 63
+    assert (profiles["identity-seed1007"].top_answer, profiles["identity-seed1007"].top_count) == ("7", 35)
+    dr = profiles["difference_rewards-seed1021"]
+    assert (dr.top_answer, dr.top_count, round(dr.accuracy, 3)) == ("5", 60, 0.013)
