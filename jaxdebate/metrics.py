@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from jaxdebate.errors import ConfigError
+from jaxdebate.jsonl import read_records
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_SUBDIR = "tensorboard"
@@ -51,27 +52,11 @@ def _json_number(value: Any) -> Any:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """All records of a ``metrics.jsonl`` (or of the run directory holding one), in order. A record is
-    complete once its newline is written: a last line without one that does not parse is a record
-    being written (a live run: a reader can see part of a long line) or cut by a kill, and is left
-    out; a malformed line anywhere else is an error naming the file and line."""
+    """All records of a ``metrics.jsonl`` (or of the run directory holding one), in order. A cut last line
+    (a live run's record being written, or one a kill cut) is left out; a malformed line anywhere else
+    is a DataError naming the file and line."""
     path = Path(path)
-    if path.is_dir():
-        path = path / METRICS_FILE
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")  # the piece after the last newline is "" when the file ends with one
-    records = []
-    for i, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            records.append(json.loads(line))
-        except ValueError as e:
-            if i == len(lines):  # unterminated: not yet (or never to be) a record
-                break
-            raise ValueError(f"{path}:{i}: not a JSON record ({e})") from e
-    return records
+    return read_records(path / METRICS_FILE if path.is_dir() else path, live=True)
 
 
 class MetricWriter:

@@ -4,11 +4,10 @@ items see it, McNemar's exact test of its last validation against its first on t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from jaxdebate.errors import DataError
+from jaxdebate.jsonl import read_records
 from jaxdebate.stats import paired_mcnemar
 
 VALIDATION_DIR = "validation"
@@ -18,20 +17,7 @@ ROW_FIELDS = ("id", "set", "mode", "answer", "correct_final")
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """The rows of one ``validation/step_<N>.jsonl`` file; a line that is not a JSON object with
     :data:`ROW_FIELDS` is a :class:`DataError` naming the file and line."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{number}: not JSON ({e.msg})") from None
-            missing = [k for k in ROW_FIELDS if not isinstance(row, dict) or k not in row]
-            if missing:
-                raise DataError(f"{path}:{number}: a validation row needs {', '.join(missing)}")
-            rows.append(row)
-    return rows
+    return read_records(path, required=ROW_FIELDS)
 
 
 def _item_rows(path: Path) -> dict[str, dict[str, bool]]:

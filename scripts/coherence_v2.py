@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from configs.coherence_v2 import ROLLOUTS as ROLLOUTS_FILE, ROOT as RUNS, VARIANTS  # noqa: E402
-from jaxdebate.coherence import jsonl  # noqa: E402
+from jaxdebate import jsonl  # noqa: E402
 from jaxdebate.errors import ConfigError, DataError  # noqa: E402
 from jaxdebate.sweep import parse_deadline  # noqa: E402
 

@@ -434,7 +434,7 @@ def test_answer_profiles_count_missing_and_repeated_answers_and_are_exported(tmp
     # a damaged row names its file and line
     with (sweep / "coma-seed1" / "validation" / "step_4.jsonl").open("a") as f:
         f.write('{"id": "q11", "set": "heldout"}\n')
-    with pytest.raises(DataError, match=r"step_4\.jsonl:12: a validation row needs mode, answer, correct_final"):
+    with pytest.raises(DataError, match=r"step_4\.jsonl:12: a record needs mode, answer, correct_final"):
         answer_profile(analysis.load_run(sweep / "coma-seed1"))
 
 

@@ -17,7 +17,7 @@ MAX_LINES = 500
 # ARCHITECTURE.md's layers, bottom first; a unit (sub-package or top-level module) may import its own
 # layer and the ones below.
 LAYERS = (
-    ("errors", "configlib", "processes", "workdir_lock", "distributed", "host_memory", "shapes", "schedules", "stats", "metrics",
+    ("errors", "configlib", "processes", "workdir_lock", "distributed", "host_memory", "shapes", "schedules", "stats", "jsonl", "metrics",
      "checkpointer"),
     ("model", "data", "shaping"),
     ("sampling",),

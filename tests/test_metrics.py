@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxdebate.errors import DataError
 from jaxdebate.metrics import MetricWriter, read_metrics
 
 
@@ -68,5 +69,5 @@ def test_a_last_line_still_being_written_or_cut_by_a_kill_is_not_a_record(tmp_pa
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3, 4]
     lines = whole.splitlines()
     path.write_text("\n".join([lines[0], '{"step": 2, "x": ', lines[2]]) + "\n")
-    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a JSON record"):
+    with pytest.raises(DataError, match=r"metrics.jsonl:2: not valid JSON"):
         read_metrics(tmp_path)

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxdebate.coherence import jsonl
+from jaxdebate import jsonl
 from jaxdebate.coherence.arms import (
     SEED_FORMAT, AnswerFormat, Arm, arm_messages, arm_seed, canonical_messages, transform_question,
 )

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxdebate.coherence import jsonl
+from jaxdebate import jsonl
 from jaxdebate.coherence.arms import SEED_FORMAT, AnswerFormat, canonical_messages
 from jaxdebate.data import Item
 from jaxdebate.debate.answers import extract_answer

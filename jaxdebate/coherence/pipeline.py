@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from jaxdebate.coherence import jsonl
+from jaxdebate import jsonl
 from jaxdebate.coherence.config import CoherenceConfig
 from jaxdebate.configlib import to_dict
 from jaxdebate.errors import ConfigError, DataError

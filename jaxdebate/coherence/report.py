@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxdebate.coherence import jsonl
+from jaxdebate import jsonl
 from jaxdebate.coherence.comparisons import (SELECTION_SEED, best_vs_sft, holm_by_set, method_family, pairwise,
                                              seed_test, selection)
 from jaxdebate.coherence.evaluate import accuracy_summary

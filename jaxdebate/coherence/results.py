@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jaxdebate.coherence import jsonl
+from jaxdebate import jsonl
 from jaxdebate.errors import DataError
 from jaxdebate.stats import mcnemar_test, wilson_interval
 

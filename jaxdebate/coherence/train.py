@@ -27,8 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxdebate import jsonl
 from jaxdebate.checkpointer import Checkpointer
-from jaxdebate.coherence import batching, jsonl, validation
+from jaxdebate.coherence import batching, validation
 from jaxdebate.coherence.config import CoherenceConfig, DPOConfig
 from jaxdebate.coherence.dpo import objective_loss, sequence_logprobs
 from jaxdebate.configlib import to_dict

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from jaxdebate.errors import DataError
+from jaxdebate.jsonl import write_records
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,9 +58,4 @@ class Item:
 
 def write_jsonl(items: Iterable[Item], path: str | Path) -> Path:
     """Write items in jaxdebate's own JSONL format (``load_items`` reads it back unchanged)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for item in items:
-            f.write(json.dumps(item.to_dict(), ensure_ascii=False) + "\n")
-    return path
+    return write_records(path, (item.to_dict() for item in items))

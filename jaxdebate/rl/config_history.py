@@ -18,6 +18,7 @@ from typing import Any
 
 from jaxdebate.configlib import diff, from_dict, to_dict
 from jaxdebate.errors import ConfigError, RunError
+from jaxdebate.jsonl import append_records, read_records
 
 CONFIG_FILE = "config.json"
 HISTORY_FILE = "config_history.jsonl"
@@ -65,8 +66,7 @@ def record(workdir: Path, config: Any, step: int, found: Sequence[Change]) -> No
         entry = {"from_step": step, "time": time.time(),
                  "changed": [{"field": p, "before": b, "after": a} for p, b, a in found],
                  "config": to_dict(config)}
-        with (workdir / HISTORY_FILE).open("a") as f:
-            f.write(json.dumps(entry) + "\n")
+        append_records(workdir / HISTORY_FILE, [entry])
 
 
 def last_config(workdir: Path | str) -> dict[str, Any] | None:
@@ -74,8 +74,7 @@ def last_config(workdir: Path | str) -> dict[str, Any] | None:
     (``None`` before its first step); ConfigError naming the workdir when either is unreadable."""
     workdir = Path(workdir)
     try:
-        entries = [json.loads(line) for line in (workdir / HISTORY_FILE).read_text().splitlines()
-                   if line.strip()] if (workdir / HISTORY_FILE).is_file() else []
+        entries = read_records(workdir / HISTORY_FILE) if (workdir / HISTORY_FILE).is_file() else []
         if entries:
             return entries[-1]["config"]
         path = workdir / CONFIG_FILE

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from jaxdebate import jsonl
 from jaxdebate.configlib import to_dict
 from jaxdebate.data import Item
 from jaxdebate.rl.validation import item_rows, validate
@@ -62,18 +63,12 @@ def plan(data, val_items: Sequence[Item], transfer_items: Sequence[Item], *, wit
 
 def write_rows(workdir: Path, step: int, rows: Sequence[dict[str, Any]]) -> Path:
     """``workdir/validation/step_<step>.jsonl`` (replaced whole: a resumed run rewrites its step)."""
-    path = Path(workdir) / ROWS_DIR / f"step_{step}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    os.replace(tmp, path)
-    return path
+    return jsonl.write_records(Path(workdir) / ROWS_DIR / f"step_{step}.jsonl", rows)
 
 
 def read_rows(workdir: Path, step: int) -> list[dict[str, Any]]:
     """The rows :func:`write_rows` wrote for ``step``."""
-    path = Path(workdir) / ROWS_DIR / f"step_{step}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return jsonl.read_records(Path(workdir) / ROWS_DIR / f"step_{step}.jsonl")
 
 
 def _code_digest() -> str:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxdebate.coherence import jsonl
+from jaxdebate import jsonl
 from jaxdebate.coherence.config import CoherenceConfig
 from jaxdebate.configlib import from_dict, load_config, to_dict
 from jaxdebate.errors import ConfigError, DataError

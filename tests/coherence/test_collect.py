@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
+from jaxdebate import jsonl
 from jaxdebate.coherence import arms as A
-from jaxdebate.coherence import jsonl
 from jaxdebate.coherence.__main__ import main
 from jaxdebate.coherence.batching import encode_pairs
 from jaxdebate.coherence.collect import requests
@@ -105,7 +105,6 @@ def test_graded_rows_grade_three_extractions():
 
 def test_evaluation_rows_of_another_setting_are_refused_before_any_sampling(tmp_path):
     from jaxdebate.coherence import evaluate as ev
-    from jaxdebate.coherence import jsonl as jl
     from jaxdebate.data import Item
     from jaxdebate.errors import DataError
 
@@ -113,15 +112,15 @@ def test_evaluation_rows_of_another_setting_are_refused_before_any_sampling(tmp_
     out = tmp_path / "eval" / "dpo.jsonl"
     kw = dict(max_tokens=48, batch_size=4, label="dpo", progress=False, decoder="jax float32 on cpu (AVX2 only)")
     # rows that say nothing of what made them (an older run) are not trusted
-    jl.append_records(out, [{"id": "q1", "answer": "2", "correct": True}])
+    jsonl.append_records(out, [{"id": "q1", "answer": "2", "correct": True}])
     with pytest.raises(DataError, match="no dpo.jsonl.setting.json"):
         ev.evaluate(items, None, None, None, out, weights="adapter aaa", **kw)
     out.unlink()
     # the first evaluation records its setting; a resumed one with other weights or budget is refused
-    assert jl.check_setting(out, {"weights": "adapter aaa", "decoder": kw["decoder"], "max_tokens": 48,
+    assert jsonl.check_setting(out, {"weights": "adapter aaa", "decoder": kw["decoder"], "max_tokens": 48,
                                   "temperature": 0.0, "format": dataclasses.asdict(ev.SEED_FORMAT)},
                             what="answers", remedy="") == "recorded"
-    jl.append_records(out, [{"id": "q1", "answer": "2", "correct": True}])
+    jsonl.append_records(out, [{"id": "q1", "answer": "2", "correct": True}])
     with pytest.raises(DataError, match=r"dpo.jsonl holds answers of another setting \(weights differ"):
         ev.evaluate(items, None, None, None, out, weights="adapter bbb", **kw)
     with pytest.raises(DataError, match=r"max_tokens differ"):

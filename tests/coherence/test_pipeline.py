@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxdebate.coherence import jsonl
+from jaxdebate import jsonl
 from jaxdebate.coherence.__main__ import main
 
 ROOT = Path(__file__).resolve().parents[2]

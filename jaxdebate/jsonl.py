@@ -1,4 +1,5 @@
-"""Append-only JSONL files that survive being killed mid-write (one record per line).
+"""JSONL files, one JSON object per line: read with file:line errors, appended so that they survive
+being killed mid-write, replaced atomically.
 
 A killed writer can leave a last line without its newline, or cut inside a record. ``repair_tail``
 drops such a line (and only it) so a restarted stage redoes that record; a malformed line elsewhere
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,23 +40,31 @@ def repair_tail(path: str | Path) -> int:
     return len(data) - keep
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """Every record of a JSONL file (blank lines skipped); a bad line raises DataError with file:line."""
+def read_records(path: str | Path, *, required: Sequence[str] = (), live: bool = False) -> list[dict[str, Any]]:
+    """Every record of a JSONL file (blank lines skipped); a line that is not a JSON object, or lacks a
+    ``required`` field, raises DataError with file:line. ``live``: the file may be being written (a
+    live run's metrics) or was cut by a kill, so a last line without its newline that does not parse
+    is a record not yet complete and is left out."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path} does not exist")
+    lines = path.read_text(encoding="utf-8").split("\n")  # after the last newline: "" when the file ends in one
     out = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{number}: not valid JSON ({e.msg})") from e
-            if not isinstance(record, dict):
-                raise DataError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
-            out.append(record)
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            if live and number == len(lines):
+                break
+            raise DataError(f"{path}:{number}: not valid JSON ({e.msg})") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+        missing = [k for k in required if k not in record]
+        if missing:
+            raise DataError(f"{path}:{number}: a record needs {', '.join(missing)}")
+        out.append(record)
     return out
 
 
