@@ -1,14 +1,13 @@
-"""The coherence config (files, overrides, round trip) and the resumable JSONL files."""
+"""The coherence config: files, overrides, round trip."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from jaxdebate import jsonl
 from jaxdebate.coherence.config import CoherenceConfig
 from jaxdebate.configlib import from_dict, load_config, to_dict
-from jaxdebate.errors import ConfigError, DataError
+from jaxdebate.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,31 +43,6 @@ def test_arms_must_include_the_probes():
     arms = [a for a in to_dict(cfg)["collect"]["arms"] if a["role"] != "A_prime"]
     with pytest.raises(ConfigError, match="A_prime"):
         from_dict(CoherenceConfig, {**to_dict(cfg), "collect": {"arms": arms}})
-
-
-def test_partial_last_line_is_detected_and_dropped(tmp):
-    path = tmp / "r.jsonl"
-    jsonl.append_records(path, [{"id": "a", "x": 1}, {"id": "b", "x": 2}])
-    whole = path.read_bytes()
-    with open(path, "ab") as f:
-        f.write(b'{"id": "c", "x"')  # killed mid-write, no newline
-    assert jsonl.finished_keys(path) == {"a", "b"}
-    assert path.read_bytes() == whole
-    with open(path, "ab") as f:
-        f.write(b'{"id": "c", "x": \n')  # cut, yet ends in a newline
-    assert jsonl.repair_tail(path) > 0 and path.read_bytes() == whole
-    assert jsonl.repair_tail(path) == 0
-    jsonl.append_records(path, [{"id": "c", "x": 3}])
-    assert [r["id"] for r in jsonl.read_records(path)] == ["a", "b", "c"]
-
-
-def test_malformed_line_in_the_middle_names_file_and_line(tmp):
-    path = tmp / "bad.jsonl"
-    path.write_text('{"id": 1}\nnot json\n{"id": 2}\n')
-    with pytest.raises(DataError, match=r"bad\.jsonl:2"):
-        jsonl.read_records(path)
-    with pytest.raises(DataError, match="does not exist"):
-        jsonl.read_records(tmp / "missing.jsonl")
 
 
 def test_eval_dir_is_one_name_inside_the_workdir_and_configs_load():
