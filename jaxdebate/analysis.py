@@ -23,11 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from jaxdebate import validation_files
 from jaxdebate.answer_profile import format_profiles, profiles
 from jaxdebate.errors import DataError
 from jaxdebate.metrics import METRICS_FILE, read_metrics
 from jaxdebate.provenance import provenance
-from jaxdebate.run_items import VALIDATION_DIR, run_item_tests, step_files  # noqa: F401  (notebook API)
+from jaxdebate.run_items import run_item_tests  # noqa: F401  (notebook API)
 from jaxdebate.shaping import config_names
 from jaxdebate.stats import t_quantile
 from jaxdebate.sweep_report import format_summary
@@ -457,10 +458,10 @@ def export_results(sweep_dir: str | Path, out_dir: str | Path, endpoint: str | N
         for name in (METRICS_FILE, "config.json", "run.json"):
             if (run.workdir / name).is_file():
                 shutil.copyfile(run.workdir / name, dest / name)
-        item_files = step_files(run.workdir)  # the first and last per-item rows: what McNemar pairs
+        item_files = validation_files.steps(run.workdir)  # the first and last per-item rows: what McNemar pairs
         for _, path in item_files[:1] + item_files[1:][-1:]:
-            (dest / VALIDATION_DIR).mkdir(exist_ok=True)
-            shutil.copyfile(path, dest / VALIDATION_DIR / path.name)
+            (dest / validation_files.DIR).mkdir(exist_ok=True)
+            shutil.copyfile(path, dest / validation_files.DIR / path.name)
     write_plots(sweep_dir, out / "plots", endpoint)
     return out
 

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from jaxdebate.run_items import read_rows, step_files
+from jaxdebate import validation_files
 from jaxdebate.sweep_stats import VAL_DEBATE_HELDOUT, metric_number
 
 TRAIN_TEAM = "train/accuracy/team"
@@ -40,11 +40,11 @@ class AnswerProfile:
 def answer_profile(run, set: str = "heldout", mode: str = "debate") -> AnswerProfile | None:
     """The profile of one run (an :class:`jaxdebate.analysis.Run`); None when it has no per-item rows
     of that set and mode."""
-    files = step_files(run.workdir)
+    files = validation_files.steps(run.workdir)
     if not files:
         return None
     step, path = files[-1]
-    rows = [r for r in read_rows(path) if r["set"] == set and r["mode"] == mode]
+    rows = [r for r in validation_files.read(path) if r["set"] == set and r["mode"] == mode]
     if not rows:
         return None
     answers = collections.Counter(r["answer"] for r in rows if r["answer"] is not None)

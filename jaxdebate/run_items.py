@@ -1,45 +1,28 @@
-"""One run's per-item validation rows (``<workdir>/validation/step_<N>.jsonl``, one line per item and
-mode: ``id``, ``set``, ``mode``, ``correct_final``, ...): the files, and a claim about the run as the
-items see it, McNemar's exact test of its last validation against its first on the same items."""
+"""A claim about one run as its items see it: McNemar's exact test of its last validation against its
+first on the same items, from its per-item rows (:mod:`jaxdebate.validation_files`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from jaxdebate.jsonl import read_records
+from jaxdebate import validation_files
 from jaxdebate.stats import paired_mcnemar
-
-VALIDATION_DIR = "validation"
-ROW_FIELDS = ("id", "set", "mode", "answer", "correct_final")
-
-
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of one ``validation/step_<N>.jsonl`` file; a line that is not a JSON object with
-    :data:`ROW_FIELDS` is a :class:`DataError` naming the file and line."""
-    return read_records(path, required=ROW_FIELDS)
 
 
 def _item_rows(path: Path) -> dict[str, dict[str, bool]]:
     """``"set/mode" -> {id: correct_final}`` of one ``validation/step_<N>.jsonl`` file."""
     out: dict[str, dict[str, bool]] = {}
-    for row in read_rows(path):
+    for row in validation_files.read(path):
         out.setdefault(f"{row['set']}/{row['mode']}", {})[str(row["id"])] = bool(row["correct_final"])
     return out
-
-
-def step_files(workdir: str | Path) -> list[tuple[int, Path]]:
-    """A run's per-item validation files ``(step, path)``, by step."""
-    folder = Path(workdir) / VALIDATION_DIR
-    files = [(p.stem.removeprefix("step_"), p) for p in folder.glob("step_*.jsonl")] if folder.is_dir() else []
-    return sorted((int(step), p) for step, p in files if step.isdigit())
 
 
 def run_item_tests(workdir: str | Path) -> dict[str, dict[str, Any]]:
     """Per ``"set/mode"`` present in both the first and the last per-item validation file of a run:
     McNemar's exact test of the last step against the first on the same items (paired on ``id``).
     {} when the run wrote fewer than two such files (runs before per-item validation)."""
-    files = step_files(workdir)
+    files = validation_files.steps(workdir)
     if len(files) < 2:
         return {}
     (first_step, first_path), (last_step, last_path) = files[0], files[-1]

@@ -18,7 +18,7 @@ MAX_LINES = 500
 # layer and the ones below.
 LAYERS = (
     ("errors", "configlib", "processes", "workdir_lock", "distributed", "host_memory", "shapes", "schedules", "stats", "jsonl", "metrics",
-     "checkpointer"),
+     "checkpointer", "validation_files"),
     ("model", "data", "shaping"),
     ("sampling",),
     ("debate",),

@@ -3,7 +3,8 @@
 A run validates its held-out items in one or several environments (``data.validation_envs``; by
 default as routed by ``data.validation_env`` / ``data.env_name_remap``) and, at its first and last
 validation, the ``data.transfer`` set. Every validation writes ``WORKDIR/validation/step_<N>.jsonl``
-(one row per item and environment: :func:`jaxdebate.rl.validation.item_rows`).
+(one row per item and environment: :func:`jaxdebate.rl.validation.item_rows`; the files:
+:mod:`jaxdebate.validation_files`).
 
 Step 0 validates the base model, which is the same computation in every run of a sweep that shares
 the model, the items, the debate protocol, the sampling settings, the code and what else decides its
@@ -23,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxdebate import jsonl
+from jaxdebate import validation_files
 from jaxdebate.configlib import to_dict
 from jaxdebate.data import Item
 from jaxdebate.rl.validation import item_rows, validate
@@ -31,7 +32,6 @@ from jaxdebate.sampling.base import SamplingParams
 from jaxdebate.sampling.hardware import simd_flags
 from jaxdebate.sampling.memo import memoize_greedy
 
-ROWS_DIR = "validation"
 _SOURCE = Path(__file__).resolve().parents[1]  # the jaxdebate package: its code is part of the key
 
 
@@ -59,16 +59,6 @@ def plan(data, val_items: Sequence[Item], transfer_items: Sequence[Item], *, wit
     if with_transfer and transfer_items:
         out.append(ValidationSet("transfer", "transfer", "val/transfer/", tuple(transfer_items), data.transfer_env))
     return out
-
-
-def write_rows(workdir: Path, step: int, rows: Sequence[dict[str, Any]]) -> Path:
-    """``workdir/validation/step_<step>.jsonl`` (replaced whole: a resumed run rewrites its step)."""
-    return jsonl.write_records(Path(workdir) / ROWS_DIR / f"step_{step}.jsonl", rows)
-
-
-def read_rows(workdir: Path, step: int) -> list[dict[str, Any]]:
-    """The rows :func:`write_rows` wrote for ``step``."""
-    return jsonl.read_records(Path(workdir) / ROWS_DIR / f"step_{step}.jsonl")
 
 
 def _code_digest() -> str:
@@ -144,7 +134,7 @@ def run(step: int, config, sampler, tokenizer, grader, val_items: Sequence[Item]
         key = initial_key(config, sets, sampler_identity(sampler))
         cached = load_cached(key)
         if cached is not None:
-            write_rows(workdir, step, cached[1])
+            validation_files.write(workdir, step, cached[1])
             return {**cached[0], "val/cached": 1.0}
     metrics: dict[str, float] = {}
     rows: list[dict[str, Any]] = []
@@ -159,7 +149,7 @@ def run(step: int, config, sampler, tokenizer, grader, val_items: Sequence[Item]
             metrics.update({f"{vset.prefix}{k}": v for k, v in found.items()})
             rows += item_rows(batches, set_name=vset.set_name, mode=vset.mode)
         metrics["val/reused_completions"] = float(memo.hits)
-    write_rows(workdir, step, rows)
+    validation_files.write(workdir, step, rows)
     if key is not None:
         store(key, metrics, rows)
     return metrics
@@ -172,4 +162,4 @@ def run_offline(config, sampler, tokenizer, grader, val_items: Sequence[Item],
     step = config.training.total_train_steps + 1
     metrics = run(step, config, sampler, tokenizer, grader, val_items, [],
                   sampling=config.sampler.sampling_params(evaluation=True), workdir=workdir)
-    return metrics, read_rows(workdir, step)
+    return metrics, validation_files.read(validation_files.step_path(workdir, step))

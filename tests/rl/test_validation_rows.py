@@ -4,10 +4,9 @@ once and reused by a second run that would compute the same."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
+from jaxdebate import validation_files
 from jaxdebate.checkpoint import load_policy
 from jaxdebate.debate import Grader
 from jaxdebate.launch import EXIT_OK, main
@@ -26,7 +25,8 @@ STEP_0_ONLY = ["training.validation_every_steps=0"]  # validate_at_start still v
 
 
 def _rows(workdir, step):
-    return [json.loads(x) for x in (workdir / "validation" / f"step_{step}.jsonl").read_text().splitlines()]
+    """The rows as the analysis reads them: each must hold validation_files.ROW_FIELDS."""
+    return validation_files.read(workdir / "validation" / f"step_{step}.jsonl")
 
 
 def test_every_validation_writes_item_rows_and_step_0_is_reused(tmp_path, monkeypatch):
