@@ -13,6 +13,10 @@ transformers' own modules on the same weights and inputs:
   ``LlamaForCausalLM`` makes)
 - ``adamw``: global-norm clip 1.0 + AdamW on every parameter of the model (ours: ``rl.optim``'s
   ``guarded_apply``, parameters donated; torch: ``clip_grad_norm_`` + ``torch.optim.AdamW``)
+- ``mlp-pieces``: the ``mlp`` forward piece by piece on ``[batch x length, width]`` rows, each piece
+  alone: the norm, one ``d -> f`` GEMM, gate and up as one ``d -> 2f`` GEMM, ``silu(gate) * up``, the
+  ``f -> d`` GEMM, and the whole block again (ours: ``model.llama.matmul``, what ``MLP`` runs; torch:
+  ``F.linear`` on ``[out, in]`` weights, what ``LlamaMLP`` runs). Not weighted into the step sum.
 
 A step is roughly ``layers x (mlp + attention)`` forward + backward for the policy, the same forward
 only for the reference, ``head`` both ways, and one ``adamw``; the last lines weigh each part's
@@ -24,6 +28,7 @@ process, one after the other, with the launcher's host memory (``jaxdebate.host_
 
     .venv/bin/python bench/layer_parts.py                     # 8 x 512 tokens, median of 3 after a warm-up
     .venv/bin/python bench/layer_parts.py --parts attention --repeats 5
+    .venv/bin/python bench/layer_parts.py --parts mlp-pieces --repeats 10
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("mlp", "attention", "head", "adamw")
+PARTS = ("mlp", "attention", "head", "adamw", "mlp-pieces")
+# the pieces of the MLP forward, in the order it runs them (the last is the whole block, norm and residual)
+MLP_PIECES = ("norm", "gate GEMM d->f", "gate|up GEMM d->2f", "silu(gate)*up", "down GEMM f->d", "whole block")
 
 
 def shapes(args) -> dict:
@@ -98,7 +105,7 @@ def run_jax(args) -> dict:
     import optax
 
     from jaxdebate.model.config import LlamaConfig
-    from jaxdebate.model.llama import MLP, Attention, RMSNorm, param_shapes
+    from jaxdebate.model.llama import MLP, Attention, RMSNorm, matmul, param_shapes
     from jaxdebate.model.logprobs import hidden_logprobs
     from jaxdebate.rl.optim import guarded_apply
 
@@ -158,6 +165,23 @@ def run_jax(args) -> dict:
 
         out["adamw"] = {"step_s": timed(step, args.repeats),
                         "params": sum(int(np.prod(x.shape)) for x in jax.tree.leaves(model))}
+    if "mlp-pieces" in args.parts:
+        rows = a["x"].reshape(-1, s["d"])
+        gate, up = matmul(rows, a["gate"]), matmul(rows, a["up"])
+        gate_up = jnp.concatenate([a["gate"], a["up"]], axis=1)
+        pieces = {  # name -> (function, its inputs)
+            "norm": (lambda x: norm.apply({"params": {"scale": a["norm"]}}, x), (rows,)),
+            "gate GEMM d->f": (matmul, (rows, a["gate"])),
+            "gate|up GEMM d->2f": (matmul, (rows, gate_up)),
+            "silu(gate)*up": (lambda g, u: jax.nn.silu(g) * u, (gate, up)),
+            "down GEMM f->d": (matmul, (jax.nn.silu(gate) * up, a["down"])),
+            "whole block": (lambda x: mlp(params, x), (a["x"],)),
+        }
+        out["mlp-pieces"] = {}
+        for name, (fn, inputs) in pieces.items():
+            fn = jax.jit(fn)
+            out["mlp-pieces"][name] = timed(lambda fn=fn, inputs=inputs: jax.block_until_ready(fn(*inputs)),
+                                            args.repeats)
     return out
 
 
@@ -234,6 +258,24 @@ def run_torch(args) -> dict:
             opt.step()
 
         out["adamw"] = {"step_s": timed(step, args.repeats), "params": sum(p.numel() for p in model.parameters())}
+    if "mlp-pieces" in args.parts:
+        linear = torch.nn.functional.linear
+        w = {n: getattr(mlp_mod, f"{n}_proj").weight.detach() for n in ("gate", "up", "down")}  # [out, in]
+        gate_up = torch.cat([w["gate"], w["up"]], dim=0)
+        rows = a["x"].reshape(-1, s["d"])
+        gate, up = linear(rows, w["gate"]), linear(rows, w["up"])
+        pieces = {
+            "norm": (norm, (rows,)),
+            "gate GEMM d->f": (linear, (rows, w["gate"])),
+            "gate|up GEMM d->2f": (linear, (rows, gate_up)),
+            "silu(gate)*up": (lambda g, u: torch.nn.functional.silu(g) * u, (gate, up)),
+            "down GEMM f->d": (linear, (torch.nn.functional.silu(gate) * up, w["down"])),
+            "whole block": (mlp, (a["x"],)),
+        }
+        out["mlp-pieces"] = {}
+        with torch.no_grad():
+            for name, (fn, inputs) in pieces.items():
+                out["mlp-pieces"][name] = timed(lambda fn=fn, inputs=inputs: fn(*inputs), args.repeats)
     out["threads"] = torch.get_num_threads()
     return out
 
@@ -254,6 +296,14 @@ def report(s: dict, ours: dict, peer: dict) -> None:
             print(f"{'':<10} forward outputs: sum {ours[name]['out_sum']:.4f} vs {peer[name]['out_sum']:.4f} "
                   f"(relative difference {rel:.1e}); first values ours {_fmt(ours[name]['out_first'])} "
                   f"torch {_fmt(peer[name]['out_first'])}")
+    if "mlp-pieces" in ours and "mlp-pieces" in peer:
+        print(f"\nthe mlp forward piece by piece, {s['b'] * s['t']} rows x {s['d']} (f = {s['f']}):")
+        for name in MLP_PIECES:
+            o, p = ours["mlp-pieces"][name], peer["mlp-pieces"][name]
+            print(f"  {name:<20} ours {1e3 * o:8.1f} ms  torch {1e3 * p:8.1f} ms  torch/ours {p / o:5.2f}x")
+        o, p = ours["mlp-pieces"], peer["mlp-pieces"]
+        gemms = ("gate GEMM d->f", "down GEMM f->d")
+        print(f"mlp gemm ratio torch/ours (one d->f and the f->d GEMM): {sum(p[k] for k in gemms) / sum(o[k] for k in gemms):.2f}")
     if "adamw" in ours and "adamw" in peer:
         o, p = ours["adamw"]["step_s"], peer["adamw"]["step_s"]
         print(f"{'adamw':<10} {'update':<9} {1e3 * o:10.1f} {1e3 * p:11.1f} {p / o:10.2f}x"
