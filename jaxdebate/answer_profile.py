@@ -38,7 +38,7 @@ class AnswerProfile:
 
 
 def answer_profile(run, set: str = "heldout", mode: str = "debate") -> AnswerProfile | None:
-    """The profile of one run (an :class:`jaxdebate.analysis.Run`); None when it has no per-item rows
+    """The profile of one run (an :class:`jaxdebate.sweep_runs.Run`); None when it has no per-item rows
     of that set and mode."""
     files = validation_files.steps(run.workdir)
     if not files:

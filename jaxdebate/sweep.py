@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxdebate.analysis import aligned_table, final_metrics
+from jaxdebate.analysis import aligned_table
 from jaxdebate.checkpointer import checkpoint_dir
 from jaxdebate.config import LaunchConfig
 from jaxdebate.configlib import apply_overrides, load_config, to_dict
@@ -32,6 +32,7 @@ from jaxdebate.errors import ConfigError
 from jaxdebate.processes import pid_alive
 from jaxdebate.provenance import provenance
 from jaxdebate.sweep_plan import REPO_ROOT, RunSpec
+from jaxdebate.sweep_runs import final_metrics
 
 EXECUTORS = ("local", "submitit_local", "slurm")
 RUN_FILE = "run.json"

@@ -34,7 +34,7 @@ from jaxdebate.stats import (
 )
 
 if TYPE_CHECKING:
-    from jaxdebate.analysis import Run
+    from jaxdebate.sweep_runs import Run
 
 # Validation metrics: the first version wrote one set (``val/accuracy/debate``: the plurality of the
 # configured debate, which was a single agent in the committed arithmetic runs); validation with

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxdebate import analysis
+from jaxdebate import analysis, sweep_plots, sweep_runs
 from jaxdebate.errors import DataError
 from jaxdebate.stats import blocked_anova, holm, mcnemar_test, one_sample_t, paired_t, seeds_needed, t_interval
 from jaxdebate.run_items import run_item_test, run_item_tests
-from jaxdebate.sweep_stats import compare_strategies, curve_area, endpoint_values
+from jaxdebate.sweep_stats import compare_strategies, curve_area, endpoint_values, run_summary
 
 REPO = Path(__file__).resolve().parent.parent
 STRATEGIES = ["identity", "difference_rewards", "potential_based", "coma", "reward_mixing"]
@@ -60,7 +60,7 @@ def test_curve_area_and_endpoints(tmp_path):
     assert curve_area([0, 2, 4], [0.2, 0.4, 0.3]) == pytest.approx((2 * 0.3 + 2 * 0.35) / 4)
     assert curve_area([0, 1, 4], [0.0, 0.3, 0.3]) == pytest.approx((0.15 + 3 * 0.3) / 4)  # uneven steps
     assert curve_area([3], [0.5]) is None
-    run = analysis.load_run(_write_run(tmp_path, "coma", 1, [0.2, 0.4, 0.3], [0.1, 0.1, 0.5]))
+    run = sweep_runs.load_run(_write_run(tmp_path, "coma", 1, [0.2, 0.4, 0.3], [0.1, 0.1, 0.5]))
     values = endpoint_values(run)
     assert values["final_debate_accuracy"] == 0.3 and values["initial_debate_accuracy"] == 0.2
     assert values["final_accuracy"] == 0.5 and values["initial_accuracy"] == 0.1  # the single agent
@@ -72,13 +72,13 @@ def test_curve_area_and_endpoints(tmp_path):
     (old / "metrics.jsonl").write_text(
         json.dumps({"step": 0, "val/accuracy/debate": 0.31, "val/items": 300.0}) + "\n"
         + json.dumps({"step": 12, "val/accuracy/debate": 0.45, "val/items": 300.0}) + "\n")
-    values = endpoint_values(analysis.load_run(old))
+    values = endpoint_values(sweep_runs.load_run(old))
     assert values == {"final_accuracy": 0.45, "initial_accuracy": 0.31, "final_accuracy/step": 12,
                       "final_accuracy/items": 300}
     # a resumed run validated step 0 twice: the step counts once (still no area from two steps)
     (old / "metrics.jsonl").write_text(json.dumps({"step": 0, "val/accuracy/debate": 0.3}) + "\n"
                                        + (old / "metrics.jsonl").read_text())
-    assert endpoint_values(analysis.load_run(old)) == values
+    assert endpoint_values(sweep_runs.load_run(old)) == values
 
 
 def test_run_item_test_pairs_first_and_last_step_on_ids(tmp_path):
@@ -259,7 +259,7 @@ def test_a_run_stopped_by_the_divergence_guard_counts_with_its_last_validation(t
         with (workdir / "metrics.jsonl").open("a") as f:
             for step, bad in zip((3, 4, 5), nonfinite):
                 f.write(json.dumps({"step": step, "learner/nonfinite/loss": float(bad), "learner/nonfinite/params": 0.0}) + "\n")
-        return analysis.load_run(workdir)
+        return sweep_runs.load_run(workdir)
 
     diverged = run("diverged", (0, 1, 1))
     assert divergence_stop(diverged) == 5
@@ -296,7 +296,7 @@ def test_run_rows_and_the_strategy_table_hold_the_values_they_name(tmp_path):
         history = [{"attempt": 1, "cpu_flags": "avx512f avx512_bf16"}, {"attempt": 2, "cpu_flags": "(AVX2 only)"}]
         (workdir / "run.json").write_text(json.dumps({"name": workdir.name, "seed": seed, "status": "done",
                                                       "wall_time_s": 600.0 * seed, "history": history}))
-        rows.append(run_summary(analysis.load_run(workdir)))
+        rows.append(run_summary(sweep_runs.load_run(workdir)))
     row = rows[0]
     assert row["step_time_s"] == 30.0 + 45.0 and row["no_update_steps"] == 1 and row["steps"] == 4
     assert row["cpu_kinds"] == ["(AVX2 only)", "avx512f avx512_bf16"]
@@ -319,7 +319,7 @@ def test_run_rows_and_the_strategy_table_hold_the_values_they_name(tmp_path):
 def test_aggregate_uses_sample_sd_and_t_interval(tmp_path):
     for seed, finals in zip((1, 2, 3), ([0.2, 0.3, 0.4], [0.2, 0.3, 0.6], [0.2, 0.3, 0.5])):
         _write_run(tmp_path, "identity", seed, finals, finals)
-    curves = analysis.aggregate(analysis.load_sweep(tmp_path), "val/debate/accuracy/debate")["identity"]
+    curves = sweep_runs.aggregate(sweep_runs.load_sweep(tmp_path), "val/debate/accuracy/debate")["identity"]
     assert list(curves["steps"]) == [0, 2, 4] and list(curves["n"]) == [3, 3, 3]
     assert curves["std"][2] == pytest.approx(0.1)  # [0.4, 0.6, 0.5]: ddof=1
     assert curves["ci95"][2] == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-6)
@@ -370,7 +370,7 @@ def test_export_results_with_the_debate_endpoint(tmp_path):
     table_md = (results / "table.md").read_text()
     assert "Blocked by seed" in table_md and "Holm p" in table_md and "Secondary endpoint `auc_debate_accuracy`" in table_md
     assert sorted(p.name for p in (results / "runs" / "coma-seed43" / "validation").iterdir()) == ["step_0.jsonl", "step_4.jsonl"]
-    assert sorted(p.name for p in (results / "plots").iterdir()) == sorted(analysis.PLOTS)
+    assert sorted(p.name for p in (results / "plots").iterdir()) == sorted(sweep_plots.PLOTS)
     # re-analysing the exported results in place leaves the copies alone
     analysis.export_results(results / "runs", results, "final_debate_accuracy")
     assert json.loads((results / "summary.json").read_text())["comparison"] == comparison
@@ -382,8 +382,8 @@ def test_the_committed_arithmetic_sweep_reanalysed():
     from scipy import stats as sps
     from anova_reference import two_way_anova
 
-    runs = analysis.load_sweep(REPO / "results" / "arithmetic" / "sweep" / "runs")
-    rows = [analysis.run_summary(r) for r in runs]
+    runs = sweep_runs.load_sweep(REPO / "results" / "arithmetic" / "sweep" / "runs")
+    rows = [run_summary(r) for r in runs]
     out = compare_strategies(rows)
     b = out["blocked"]
     # against the textbook: the two-way ANOVA of the rows' finals, the one-sample t of identity's gains
@@ -421,7 +421,7 @@ def test_answer_profiles_count_missing_and_repeated_answers_and_are_exported(tmp
     with (sweep / "coma-seed1" / "metrics.jsonl").open("a") as f:
         for step, team, tokens in ((1, 0.5, 14.0), (2, 0.0, 9.0), (3, 0.0, 3.5)):
             f.write(json.dumps({"step": step, "train/accuracy/team": team, "train/completion_tokens_mean": tokens}) + "\n")
-    profile = answer_profile(analysis.load_run(sweep / "coma-seed1"))
+    profile = answer_profile(sweep_runs.load_run(sweep / "coma-seed1"))
     assert (profile.step, profile.items, profile.no_answer) == (4, 10, 2)
     assert (profile.top_answer, profile.top_count, profile.distinct) == ("5", 7, 2)
     assert profile.accuracy == pytest.approx(0.1) and profile.curve == ((0, 0.3), (2, 0.2), (4, 0.05))
@@ -435,7 +435,7 @@ def test_answer_profiles_count_missing_and_repeated_answers_and_are_exported(tmp
     with (sweep / "coma-seed1" / "validation" / "step_4.jsonl").open("a") as f:
         f.write('{"id": "q11", "set": "heldout"}\n')
     with pytest.raises(DataError, match=r"step_4\.jsonl:12: a record needs mode, answer, correct_final"):
-        answer_profile(analysis.load_run(sweep / "coma-seed1"))
+        answer_profile(sweep_runs.load_run(sweep / "coma-seed1"))
 
 
 def test_the_committed_v2_runs_answer_as_their_metrics_and_the_readme_say():
@@ -443,7 +443,7 @@ def test_the_committed_v2_runs_answer_as_their_metrics_and_the_readme_say():
     collapsed runs answer as the README describes them (counted by hand from the same rows)."""
     from jaxdebate.answer_profile import answer_profile
 
-    runs = {r.name: r for r in analysis.load_sweep(REPO / "results" / "arithmetic-v2" / "runs")}
+    runs = {r.name: r for r in sweep_runs.load_sweep(REPO / "results" / "arithmetic-v2" / "runs")}
     profiles = {name: answer_profile(run) for name, run in runs.items()}
     assert len(profiles) >= 110 and all(p is not None and p.items == 300 for p in profiles.values())
     for name, p in profiles.items():

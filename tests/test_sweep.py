@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxdebate import analysis
+from jaxdebate import analysis, sweep_plots, sweep_runs
 from jaxdebate.checkpointer import latest_step
 from jaxdebate.configlib import load_config
 from jaxdebate.errors import ConfigError
@@ -94,7 +94,7 @@ def test_relaunch_skips_finished_and_resumes_killed_run(sweep):
     first = read_state(sweep_dir / f"{RUN_ORDER[0]}-seed0")
     assert 0 < first["cpu_time_s"] and len(first["history"]) == 1
     assert 0 < state["cpu_time_s"]
-    steps = [r["step"] for r in analysis.load_run(third).records if "train/accuracy" in r]
+    steps = [r["step"] for r in sweep_runs.load_run(third).records if "train/accuracy" in r]
     assert steps == [1, 2], steps  # the killed step was redone once, nothing duplicated
     for name in STRATEGIES:
         assert read_state(sweep_dir / f"{name}-seed0")["status"] == "done"
@@ -159,7 +159,7 @@ def test_the_arms_of_a_seed_block_sample_the_same_first_step(sweep):
     """Common random numbers: a seed fixes the data order and the sampling draws, so every arm's first
     step (same initial weights) samples the same debates; only the credit given to them differs."""
     sweep_dir, _ = sweep
-    first = {name: next(r for r in analysis.load_run(sweep_dir / f"{name}-seed0").records if r.get("step") == 1
+    first = {name: next(r for r in sweep_runs.load_run(sweep_dir / f"{name}-seed0").records if r.get("step") == 1
                         and "train/samples_fingerprint" in r) for name in STRATEGIES}
     assert len({r["train/samples_fingerprint"] for r in first.values()}) == 1
     raw = [k for k in first["identity"] if k.startswith("train/reward/raw/") or k == "train/accuracy"]
@@ -178,13 +178,13 @@ def test_summary_table_and_plots(sweep):
     assert [r["strategy"] for r in rows] == RUN_ORDER
     assert all(r["status"] == "done" and r["step"] == 2 and r["final_accuracy"] is not None for r in rows)
 
-    runs = analysis.load_sweep(sweep_dir)
+    runs = sweep_runs.load_sweep(sweep_dir)
     table = analysis.final_accuracy_table(runs)
     assert [r["strategy"] for r in table] == STRATEGIES
     assert all(r["accuracy/debate/n"] == 1 for r in table)
-    curves = analysis.aggregate(runs, analysis.REWARD_SHAPED)
+    curves = sweep_runs.aggregate(runs, sweep_plots.REWARD_SHAPED)
     assert set(curves) == set(STRATEGIES) and all(list(c["steps"]) == [1, 2] for c in curves.values())
-    paths = analysis.write_plots(sweep_dir, sweep_dir / "plots")
+    paths = sweep_plots.write_plots(sweep_dir, sweep_dir / "plots")
     assert [p.name for p in paths] == ["rewards.png", "validation_accuracy.png", "training_signal.png", "comparison.png"]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
