@@ -189,7 +189,6 @@ def run_jax(args) -> dict:
 
 
 def run_torch(args) -> dict:
-    import numpy as np
     import torch
     from transformers import LlamaConfig as HFConfig
     from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm
