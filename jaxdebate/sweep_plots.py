@@ -33,7 +33,6 @@ def _pyplot():
     return plt
 
 
-
 def plot_metric(runs: Sequence[Run], key: str, *, ax=None, title: str | None = None, linestyle: str = "-",
                 label_suffix: str = "", band: str = "sd"):
     """One metric over training steps, one line per strategy (mean over seeds; band ``"sd"``: ±1 SD,
