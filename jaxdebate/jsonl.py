@@ -79,14 +79,22 @@ def append_records(path: str | Path, records: Iterable[Mapping[str, Any]]) -> No
         os.fsync(f.fileno())
 
 
-def write_records(path: str | Path, records: Iterable[Mapping[str, Any]]) -> Path:
-    """Replace ``path`` atomically with the given records."""
+def write_records(path: str | Path, records: Iterable[Mapping[str, Any]], *, required: Sequence[str] = ()) -> Path:
+    """Replace ``path`` atomically with the given records; a record without a ``required`` field is a
+    ValueError naming its index, and ``path`` keeps what it held."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for index, record in enumerate(records):
+                missing = [k for k in required if k not in record]
+                if missing:
+                    raise ValueError(f"{path}: record {index} lacks {', '.join(missing)}")
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     return path
 

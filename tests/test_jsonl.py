@@ -63,3 +63,12 @@ def test_write_records_replaces_the_file_whole(tmp):
     jsonl.write_records(path, [{"id": "c"}])
     assert jsonl.read_records(path) == [{"id": "c"}]
     assert not list(path.parent.glob("*.tmp"))
+
+
+def test_write_records_refuses_a_record_without_a_required_field_and_keeps_the_file(tmp):
+    path = tmp / "rows.jsonl"
+    jsonl.write_records(path, [{"id": "a", "n": 1}], required=("id", "n"))
+    with pytest.raises(ValueError, match=r"rows\.jsonl: record 2 lacks n"):
+        jsonl.write_records(path, ({"id": k, "n": 1} if k != "c" else {"id": k} for k in "abc"), required=("id", "n"))
+    assert jsonl.read_records(path) == [{"id": "a", "n": 1}]
+    assert not list(tmp.glob("*.tmp"))

@@ -24,7 +24,7 @@ def test_a_row_without_a_field_is_refused_before_anything_is_written(tmp):
     validation_files.write(tmp, 1, [_row(1)])
     bad = _row(2)
     del bad["correct_final"], bad["mode"]
-    with pytest.raises(ValueError, match="validation row 1 of step 1 lacks mode, correct_final"):
+    with pytest.raises(ValueError, match="step_1.jsonl: record 1 lacks mode, correct_final"):
         validation_files.write(tmp, 1, [_row(1), bad])
     assert validation_files.read(validation_files.step_path(tmp, 1)) == [_row(1)]
 
