@@ -1,7 +1,9 @@
 """Validation on held-out problems: one debate per problem with the evaluation sampling settings.
 
 Reports, over all held-out items: per-agent accuracy, accuracy by round, debate (plurality of the
-last played round) accuracy, first-round majority-vote accuracy, and the accuracy of all turns.
+last played round) accuracy, first-round majority-vote accuracy, and the accuracy of all turns; and
+how often no number was parsed, per turn and per debate, so an accuracy that falls because the policy
+stopped answering in the format is told apart from one that falls because it answers wrongly.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ def accuracy_report(batches: Sequence[Any]) -> dict[str, float]:
         first_ok = (first == batch.gold[:, None]) & (batch.gold[:, None] >= 0)
         add("accuracy/majority_first_round", first_ok[played].sum(), played.sum())
         add("truncated_fraction", batch.stats.get("truncated", 0), batch.stats.get("turns", 0))
+        add("no_answer_fraction", batch.stats.get("no_answer", 0), batch.stats.get("turns", 0))
+        add("no_answer_fraction/debate", (batch.debate_answers() < 0)[played].sum(), played.sum())
     return {k: (sums[k] / counts[k] if counts[k] else float("nan")) for k in sums} | {
         "items": float(sum(len(b.items) for b in batches))
     }

@@ -50,6 +50,11 @@ def test_every_validation_writes_item_rows_and_step_0_is_reused(tmp_path, monkey
         # the rows and the logged metrics are one computation
         assert np.mean([r["correct_final"] for r in debate]) == record["val/debate/accuracy/debate"]
         assert np.mean([r["correct"][0][0] for r in single]) == record["val/single/accuracy"]
+        # an unanswered debate is one whose row has no answer; a turn without a number, one without its own
+        assert np.mean([r["answer"] is None for r in debate]) == record["val/debate/no_answer_fraction/debate"]
+        assert np.mean([a is None for r in debate for agent in r["answers"] for a in agent]) == \
+            record["val/debate/no_answer_fraction"]
+        assert np.mean([r["answers"][0][0] is None for r in single]) == record["val/single/no_answer_fraction"]
         # the debate's greedy first round asks the single-agent prompts: answered from the step's memo
         assert record["val/reused_completions"] == len(single)
         assert [r["answers"][0][0] for r in debate] == [r["answers"][0][0] for r in single]
