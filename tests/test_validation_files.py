@@ -20,7 +20,7 @@ def test_written_rows_read_back_and_a_rewrite_replaces_the_step(tmp):
     assert not list((tmp / "validation").glob("*.tmp"))
 
 
-def test_a_row_without_a_field_is_refused_before_anything_is_written(tmp):
+def test_a_row_without_a_field_is_refused_and_the_step_keeps_its_file(tmp):
     validation_files.write(tmp, 1, [_row(1)])
     bad = _row(2)
     del bad["correct_final"], bad["mode"]
