@@ -13,7 +13,7 @@ import pytest
 from jaxdebate.errors import ConfigError, SamplerError
 from jaxdebate.model import export_hf, load, logits, token_logprobs
 from jaxdebate.sampling import Completion, JaxSampler, Sampler, SamplingParams
-from jaxdebate.sampling.jax_sampler import _sample
+from jaxdebate.sampling.decoding import sample
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
 SOURCE = "tiny:std=0.1,tie=false"  # the model of conftest.py's fixtures (another seed of it below)
@@ -204,14 +204,14 @@ def test_sampling_distribution_temperature_and_top_p():
     temps = jnp.full(rows, temperature)
     probs = np.asarray(jax.nn.softmax(logits_row / temperature))
 
-    sample = jax.jit(_sample, static_argnums=5)
-    tokens, lp = sample(batch, keys, jnp.int32(3), temps, jnp.ones(rows), False)
+    sample_jit = jax.jit(sample, static_argnums=5)
+    tokens, lp = sample_jit(batch, keys, jnp.int32(3), temps, jnp.ones(rows), False)
     ok, stats = _chi_square_ok(np.bincount(np.asarray(tokens), minlength=vocab), probs)
     assert ok, stats
     np.testing.assert_allclose(np.asarray(lp), np.log(probs[np.asarray(tokens)]), atol=1e-5)
 
     top_p = 0.6
-    tokens, lp = sample(batch, keys, jnp.int32(3), temps, jnp.full(rows, top_p), True)
+    tokens, lp = sample_jit(batch, keys, jnp.int32(3), temps, jnp.full(rows, top_p), True)
     order = np.argsort(-probs)
     nucleus = order[: np.searchsorted(np.cumsum(probs[order]), top_p) + 1]
     tokens = np.asarray(tokens)
@@ -220,7 +220,7 @@ def test_sampling_distribution_temperature_and_top_p():
     assert ok, stats
     np.testing.assert_allclose(np.asarray(lp), np.log(probs[tokens]), atol=1e-5)
 
-    greedy, _ = sample(batch[:4], keys[:4], jnp.int32(0), jnp.zeros(4), jnp.ones(4), False)
+    greedy, _ = sample_jit(batch[:4], keys[:4], jnp.int32(0), jnp.zeros(4), jnp.ones(4), False)
     assert (np.asarray(greedy) == int(np.argmax(probs))).all()
 
 
