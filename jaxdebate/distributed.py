@@ -93,6 +93,19 @@ def is_multiprocess() -> bool:
     return jax.process_count() > 1
 
 
+def check_training_devices(n: int) -> None:
+    """ConfigError unless ``launch.training_devices`` = ``n`` devices are visible, and, in a
+    multi-process run, ``n`` is the global device count (every process learns on the one mesh)."""
+    import jax
+
+    if n > len(jax.devices()):
+        raise ConfigError(f"launch.training_devices={n} but only {len(jax.devices())} device(s) are visible")
+    if is_multiprocess() and n != jax.device_count():
+        raise ConfigError(
+            f"launch.training_devices={n} must be the global device count in a multi-process run: "
+            f"{jax.process_count()} processes x {jax.local_device_count()} local device(s) = {jax.device_count()}")
+
+
 def is_main() -> bool:
     """True on process 0 (the one that samples, logs and writes metrics), and in a single process."""
     import jax

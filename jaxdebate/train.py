@@ -40,7 +40,6 @@ from jaxdebate.debate import Grader, run_debates
 from jaxdebate.errors import ConfigError, JaxDebateError, RunError
 from jaxdebate.metrics import MetricWriter
 from jaxdebate.model import load, load_tokenizer, make_mesh, shard_params
-from jaxdebate.model.config import COMPUTE_FIELDS
 from jaxdebate.model.mesh import sampling_devices
 from jaxdebate.rl.batching import Sample, pack_samples, rows_cap_for, unpack_samples
 from jaxdebate.rl import config_history, run_state
@@ -117,15 +116,7 @@ class Trainer:
             raise RunError(f"{self.workdir} holds checkpoints (newest step {newest}) and checkpoint.resume is "
                            f"false: {START_OVER}")
         n_dev = cfg.launch.training_devices
-        if n_dev > len(jax.devices()):
-            raise ConfigError(
-                f"launch.training_devices={n_dev} but only {len(jax.devices())} device(s) are visible"
-            )
-        if distributed.is_multiprocess() and n_dev != jax.device_count():
-            raise ConfigError(
-                f"launch.training_devices={n_dev} must be the global device count in a multi-process run: "
-                f"{jax.process_count()} processes x {jax.local_device_count()} local device(s) = {jax.device_count()}"
-            )
+        distributed.check_training_devices(n_dev)
         self.mesh = make_mesh(n_dev) if n_dev > 1 else None
         local = sampling_devices(jax.local_devices(), n_dev if not distributed.is_multiprocess() else 0,
                                  cfg.launch.sampling_devices)
@@ -211,17 +202,7 @@ class Trainer:
         run_state.check_metadata(meta, str(self.checkpointer.step_dir(step)))
         self._config_changes = config_history.check_resume(
             self.config, meta.get("config", to_dict(self.config)), step, allow=self.allow_config_change)
-        saved_model = meta.get("model_config")
-        if saved_model is not None:  # never allowed: the checkpoint's arrays would not fit
-            # how to compute (model.dtype, dot_dtype, remat) is a config change check_resume governed above
-            now = {k: v for k, v in dataclasses.asdict(self.model_config).items() if k not in COMPUTE_FIELDS}
-            saved_model = {k: v for k, v in saved_model.items() if k not in COMPUTE_FIELDS}
-            changed = [f"{k}: {saved_model.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(now) | set(saved_model))
-                       if saved_model.get(k) != now.get(k)]
-            if changed:
-                raise RunError(f"the model architecture differs from the one step {step} was trained with "
-                               f"({'; '.join(changed)}); resume with the original model.source or use "
-                               f"another --workdir")
+        config_history.check_model(meta.get("model_config"), dataclasses.asdict(self.model_config), step)
         if self.mesh is not None:
             params = shard_params(params, self.mesh)
         self.learner.set_base(params)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from jaxdebate.checkpoint import restore
-from jaxdebate.distributed import ProcessGroup, detect, task_devices
+from jaxdebate.distributed import ProcessGroup, check_training_devices, detect, task_devices
 from jaxdebate.errors import ConfigError
 from jaxdebate.metrics import read_metrics
 from jaxdebate.rl.step_metrics import NONDETERMINISTIC_PREFIXES
@@ -154,6 +154,13 @@ def test_distributed_process_group_detection():
             detect(*args)
     assert task_devices({"CUDA_VISIBLE_DEVICES": "4,5"}) == [0, 1]  # a task pinned to 2 GPUs
     assert task_devices({"CUDA_VISIBLE_DEVICES": ""}) is None and task_devices({}) is None
+
+
+def test_training_devices_must_be_visible():
+    visible = len(jax.devices())
+    check_training_devices(visible)  # one process: any count up to what it sees
+    with pytest.raises(ConfigError, match=rf"launch.training_devices={visible + 1} but only {visible} device"):
+        check_training_devices(visible + 1)
 
 
 def test_distributed_sampler_devices_are_separate_when_the_process_has_room():

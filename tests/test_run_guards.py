@@ -15,9 +15,10 @@ import pytest
 
 from jaxdebate.checkpoint import restore
 from jaxdebate.checkpointer import CheckpointError, Checkpointer
+from jaxdebate.errors import RunError
 from jaxdebate.launch import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, main
 from jaxdebate.metrics import read_metrics
-from jaxdebate.rl.config_history import HISTORY_FILE
+from jaxdebate.rl.config_history import HISTORY_FILE, check_model
 from jaxdebate.workdir_lock import LOCK_FILE
 
 QUICK = ["training.validation_every_steps=0", "training.checkpoint_every_steps=1", "logging.progress_bar=false",
@@ -96,6 +97,14 @@ def test_a_lock_held_on_another_host_says_how_to_clear_it_if_that_host_is_gone(t
     with pytest.raises(RunError, match=rf"in use by pid 1234 on node-7-.*if it is gone .*delete {tmp_path / LOCK_FILE}"):
         WorkdirLock(tmp_path).acquire()
     assert (tmp_path / LOCK_FILE).exists()  # never removed on a guess
+
+
+def test_a_checkpoint_resumes_only_with_its_model_architecture():
+    saved = {"hidden_size": 64, "head_dim": 16, "dtype": "float32", "dot_dtype": "compute", "remat": False}
+    check_model(None, saved, 3)  # a checkpoint without the record: not checked
+    check_model(saved, {**saved, "dtype": "bfloat16", "dot_dtype": "bfloat16", "remat": True}, 3)  # how to compute
+    with pytest.raises(RunError, match=r"differs from the one step 3 was trained with \(head_dim: 16 -> 64\)"):
+        check_model(saved, {**saved, "head_dim": 64}, 3)
 
 
 def test_resume_refuses_a_changed_config_unless_allowed_and_records_it(tmp_path, capsys):

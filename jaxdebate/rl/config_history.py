@@ -19,6 +19,7 @@ from typing import Any
 from jaxdebate.configlib import diff, from_dict, to_dict
 from jaxdebate.errors import ConfigError, RunError
 from jaxdebate.jsonl import append_records, read_records
+from jaxdebate.model.config import COMPUTE_FIELDS
 
 CONFIG_FILE = "config.json"
 HISTORY_FILE = "config_history.jsonl"
@@ -55,6 +56,22 @@ def check_resume(config: Any, saved: dict[str, Any], step: int, *, allow: bool) 
                        f"with the original config, use another --workdir, or pass --allow-config-change "
                        f"to continue this run with the change recorded in {HISTORY_FILE}")
     return found
+
+
+def check_model(saved: dict[str, Any] | None, now: dict[str, Any], step: int) -> None:
+    """RunError when the model architecture (``LlamaConfig`` as a dict) differs from the one ``step``
+    was saved with: never allowed, the checkpoint's arrays would not fit. How to compute
+    (:data:`~jaxdebate.model.config.COMPUTE_FIELDS`: dtype, dot_dtype, remat) is a config change,
+    which :func:`check_resume` governs. A checkpoint without the record (None) is not checked."""
+    if saved is None:
+        return
+    now = {k: v for k, v in now.items() if k not in COMPUTE_FIELDS}
+    saved = {k: v for k, v in saved.items() if k not in COMPUTE_FIELDS}
+    changed = [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(now) | set(saved))
+               if saved.get(k) != now.get(k)]
+    if changed:
+        raise RunError(f"the model architecture differs from the one step {step} was trained with "
+                       f"({'; '.join(changed)}); resume with the original model.source or use another --workdir")
 
 
 def record(workdir: Path, config: Any, step: int, found: Sequence[Change]) -> None:
