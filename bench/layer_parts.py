@@ -105,7 +105,8 @@ def run_jax(args) -> dict:
     import optax
 
     from jaxdebate.model.config import LlamaConfig
-    from jaxdebate.model.llama import MLP, Attention, RMSNorm, matmul, param_shapes
+    from jaxdebate.model.kernels import matmul
+    from jaxdebate.model.llama import MLP, Attention, RMSNorm, param_shapes
     from jaxdebate.model.logprobs import hidden_logprobs
     from jaxdebate.rl.optim import guarded_apply
 

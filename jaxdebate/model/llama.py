@@ -29,10 +29,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdebate.model.config import LlamaConfig
+from jaxdebate.model.kernels import F32, attend, attend_one, causal_blocks, matmul
 
 Params = dict[str, Any]
 Cache = dict[str, jax.Array]
-F32 = jnp.float32
 
 
 def compute_dtype(config: LlamaConfig) -> jnp.dtype:
@@ -109,50 +109,6 @@ class Embedding(nn.Module):
         return jnp.take(table, tokens, axis=0).astype(self.dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def matmul(x: jax.Array, kernel: jax.Array, operands: str | None = None) -> jax.Array:
-    """``x [..., in] @ kernel [in, out]``, accumulated in float32 and rounded once to ``x``'s dtype.
-
-    Why not a plain dot: XLA:CPU runs bf16 x bf16 -> f32 on its fast path (faster than a bf16-out
-    dot), and lowers the weight gradient that autodiff derives (a dot contracting the token axis of a
-    transposed, fused operand) to a slow generic dot: this VJP writes both gradients as plain
-    contractions (figures: bench/README "train_step after the matmul VJP"). GPUs accumulate in f32
-    either way. ``operands`` (``model.dot_dtype``, e.g. ``"bfloat16"``) rounds both operands of the
-    forward and of both gradient contractions to that dtype; the results keep ``x``'s dtype.
-    """
-    x_op, kernel_op = _operands(x, kernel, operands)
-    return jnp.einsum("...i,io->...o", x_op, kernel_op, preferred_element_type=F32).astype(x.dtype)
-
-
-def _operands(x, kernel, operands):
-    if operands is None:
-        return x, kernel
-    if kernel.dtype != x.dtype:  # nn.Dense promotes both to the compute dtype; the VJP relies on it
-        raise ValueError(f"matmul with operands={operands}: x is {x.dtype} but the kernel {kernel.dtype}")
-    return x.astype(operands), kernel.astype(operands)
-
-
-def _matmul_fwd(x, kernel, operands):
-    # with ``operands`` the residuals are the rounded copies (half the activation memory in bf16)
-    return matmul(x, kernel, operands), _operands(x, kernel, operands)
-
-
-def _matmul_bwd(operands, residuals, g):
-    x, kernel = residuals
-    # without ``operands`` the residuals carry the gradients' dtypes; with it they are the rounded
-    # copies, and g's dtype is both: the output was cast to x's dtype, and _operands refused a kernel
-    # of another dtype than x's
-    dx_dtype, dk_dtype = (x.dtype, kernel.dtype) if operands is None else (g.dtype, g.dtype)
-    g = g if operands is None else g.astype(operands)
-    dx = jnp.einsum("...o,io->...i", g, kernel, preferred_element_type=F32).astype(dx_dtype)
-    rows_x, rows_g = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
-    dk = jnp.einsum("ni,no->io", rows_x, rows_g, preferred_element_type=F32).astype(dk_dtype)
-    return dx, dk
-
-
-matmul.defvjp(_matmul_fwd, _matmul_bwd)
-
-
 def _dense_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, operands=None):
     """``nn.Dense``'s contraction (last axis of ``lhs`` with the kernel's first) through :func:`matmul`."""
     (lhs_c, rhs_c), batch = dimension_numbers
@@ -200,91 +156,10 @@ class Attention(nn.Module):
             k = jax.lax.dynamic_index_in_dim(ck, layer, 0, keepdims=False).astype(dt)
             v = jax.lax.dynamic_index_in_dim(cv, layer, 0, keepdims=False).astype(dt)
         if t == 1:
-            out = _attend_one(q, k, v, mask)
+            out = attend_one(q, k, v, mask)
         else:
-            out = _attend(q, k, v, mask, causal_blocks(t, k.shape[2], cache is not None)).transpose(0, 3, 1, 2, 4)
+            out = attend(q, k, v, mask, causal_blocks(t, k.shape[2], cache is not None)).transpose(0, 3, 1, 2, 4)
         return _dense(cfg.hidden_size, dt, "o_proj", cfg.dot_dtype)(out.astype(dt).reshape(b, t, h * hd)), cache
-
-
-def causal_blocks(t: int, s: int, cached: bool) -> int:
-    """How many query blocks :func:`_attend` splits ``t`` queries into: block ``i`` sees only the
-    first ``(i + 1) * t / blocks`` keys, which is exact when no query attends to a later position
-    (always so without a cache: every mask :func:`forward` builds is causal). 1 = no split."""
-    if cached or t != s:
-        return 1
-    for size in ATTENTION_BLOCKS:
-        if t % size == 0 and t >= 2 * size:
-            return t // size
-    return 1
-
-
-# query block sizes tried in order; the first that divides T in at least 2 blocks is used (T is a
-# power-of-two bucket in the learner)
-ATTENTION_BLOCKS = (128,)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _attend(q, k, v, mask, blocks: int = 1):
-    """Softmax attention: ``q [B, KV, G, T, hd]`` over ``k``/``v [B, KV, S, hd]`` under ``mask
-    [B, T, S]``, scores in float32; returns ``[B, KV, G, T, hd]`` (float32).
-
-    ``blocks > 1`` (:func:`causal_blocks`): the queries are split into that many blocks and block
-    ``i`` attends to the first ``(i + 1) * T / blocks`` keys only, skipping the key blocks a causal
-    mask hides (3/8 of the scores at 4 blocks). The VJP is written out (the softmax's probabilities
-    are its residual, as autodiff's would be): XLA:CPU runs it faster than the derived VJP (bench/README
-    "train_step"). A query with no visible key (padding) gets an arbitrary finite output."""
-    return _attend_fwd(q, k, v, mask, blocks)[0]
-
-
-def _query_blocks(t: int, s: int, blocks: int):
-    """``(query slice, visible key count)`` of each block (one block: all ``t`` queries, all ``s`` keys)."""
-    if blocks == 1:
-        return [(slice(0, t), s)]
-    size = t // blocks
-    return [(slice(i * size, (i + 1) * size), (i + 1) * size) for i in range(blocks)]
-
-
-def _attend_probs(q, k, mask):
-    scores = jnp.einsum("bkgtd,bksd->bkgts", q, k, preferred_element_type=F32)
-    return jax.nn.softmax(jnp.where(mask[:, None, None], scores, jnp.finfo(F32).min), axis=-1)
-
-
-def _attend_fwd(q, k, v, mask, blocks=1):
-    probs, outs = [], []
-    for rows, n in _query_blocks(q.shape[3], k.shape[2], blocks):
-        p = _attend_probs(q[:, :, :, rows], k[:, :, :n], mask[:, rows, :n])
-        outs.append(jnp.einsum("bkgts,bksd->bkgtd", p.astype(v.dtype), v[:, :, :n], preferred_element_type=F32))
-        probs.append(p)
-    out = outs[0] if blocks == 1 else jnp.concatenate(outs, axis=3)
-    return out, (q, k, v, tuple(probs), mask)
-
-
-def _attend_bwd(blocks, residuals, d_out):
-    q, k, v, probs, mask = residuals
-    d_q, d_k, d_v = [], jnp.zeros(k.shape, F32), jnp.zeros(v.shape, F32)
-    for (rows, n), p in zip(_query_blocks(q.shape[3], k.shape[2], blocks), probs):
-        g = d_out[:, :, :, rows]
-        d_v = d_v.at[:, :, :n].add(jnp.einsum("bkgts,bkgtd->bksd", p, g, preferred_element_type=F32))
-        d_probs = jnp.einsum("bkgtd,bksd->bkgts", g, v[:, :, :n], preferred_element_type=F32)
-        d_scores = p * (d_probs - jnp.sum(d_probs * p, axis=-1, keepdims=True))
-        d_scores = jnp.where(mask[:, rows, :n][:, None, None], d_scores, 0.0)  # masked scores were constants
-        d_q.append(jnp.einsum("bkgts,bksd->bkgtd", d_scores, k[:, :, :n], preferred_element_type=F32))
-        d_k = d_k.at[:, :, :n].add(jnp.einsum("bkgts,bkgtd->bksd", d_scores, q[:, :, :, rows],
-                                              preferred_element_type=F32))
-    d_q = d_q[0] if blocks == 1 else jnp.concatenate(d_q, axis=3)
-    return d_q.astype(q.dtype), d_k.astype(k.dtype), d_v.astype(v.dtype), None
-
-
-_attend.defvjp(_attend_fwd, _attend_bwd)
-
-
-def _attend_one(q, k, v, mask):
-    """:func:`_attend` for one query token (decoding). Contracting the cache with the slot axis
-    before the query group is faster on XLA:CPU than the general form (bench/README)."""
-    scores = jnp.einsum("bksd,bkgd->bksg", k, q[:, :, :, 0], preferred_element_type=F32)
-    scores = jnp.where(mask[:, 0, None, :, None], scores, jnp.finfo(F32).min)
-    probs = jax.nn.softmax(scores, axis=2).astype(v.dtype)
-    return jnp.einsum("bksg,bksd->bkgd", probs, v, preferred_element_type=F32)[:, None]
 
 
 class MLP(nn.Module):

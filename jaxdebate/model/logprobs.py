@@ -12,7 +12,8 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from jaxdebate.model.config import LlamaConfig
-from jaxdebate.model.llama import F32, Params, forward, head_logits
+from jaxdebate.model.kernels import F32
+from jaxdebate.model.llama import Params, forward, head_logits
 
 DEFAULT_CHUNK = 1024
 # Up to this many bytes of float32 logits (all chunks of one call) are kept for the backward pass

@@ -20,9 +20,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxdebate.model.config import LORA_TARGETS as TARGET_MODULES
-from jaxdebate.model.config import LoraConfig
 from jaxdebate.errors import ConfigError
+from jaxdebate.model.config import LoraConfig
 
 Adapter = dict[str, dict[str, dict[str, jax.Array]]]
 

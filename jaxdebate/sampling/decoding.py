@@ -9,7 +9,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxdebate.model.llama import F32, forward, head_logits, init_cache, positions_from_mask
+from jaxdebate.model.kernels import F32
+from jaxdebate.model.llama import forward, head_logits, init_cache, positions_from_mask
 
 _TOP_P_ITERS = 32
 

@@ -93,7 +93,7 @@ def test_bf16_compute_runs_and_tracks_fp32(tiny_model):
 def test_dense_matmul_vjp_equals_autodiff_of_the_plain_contraction(dtype, tol):
     """The layers' matmul has a hand-written VJP (XLA:CPU's fast dot path); its value and both
     gradients equal autodiff of the plain float32-accumulated contraction."""
-    from jaxdebate.model.llama import matmul
+    from jaxdebate.model.kernels import matmul
 
     kx, kw, kg = jax.random.split(jax.random.key(0), 3)
     x = jax.random.normal(kx, (2, 7, 24), jnp.float32).astype(dtype)
@@ -114,7 +114,7 @@ def test_dense_matmul_vjp_equals_autodiff_of_the_plain_contraction(dtype, tol):
 def test_bf16_operand_matmul_rounds_the_operands_of_the_forward_and_both_gradients():
     """``operands="bfloat16"`` (``model.dot_dtype``): the value and both gradients are the float32-accumulated
     contractions of the bf16-rounded operands (cotangent included), returned in float32."""
-    from jaxdebate.model.llama import matmul
+    from jaxdebate.model.kernels import matmul
 
     kx, kw, kg = jax.random.split(jax.random.key(1), 3)
     x = jax.random.normal(kx, (2, 7, 24), jnp.float32)
@@ -193,7 +193,7 @@ def test_attention_vjp_equals_autodiff_of_the_plain_softmax_attention(t, blocks)
     """The attention core's hand-written VJP gives autodiff's gradients, padding queries (rows whose
     every key is masked), masked keys and packed segments included; split into causal query blocks
     (each block sees only the keys up to its end) it gives the same values and gradients."""
-    from jaxdebate.model.llama import _attend
+    from jaxdebate.model.kernels import attend
 
     b, kv, g, hd = 3, 2, 3, 8
     keys = jax.random.split(jax.random.key(3), 4)
@@ -215,7 +215,7 @@ def test_attention_vjp_equals_autodiff_of_the_plain_softmax_attention(t, blocks)
     # compared only for finiteness, and the loss never sends it a gradient
     seen = mask.any(-1)[:, None, None, :, None]
     cot = jnp.where(seen, cot, 0.0)
-    (out, vjp), (ref, ref_vjp) = jax.vjp(lambda *a: _attend(*a, mask, blocks), q, k, v), jax.vjp(plain, q, k, v)
+    (out, vjp), (ref, ref_vjp) = jax.vjp(lambda *a: attend(*a, mask, blocks), q, k, v), jax.vjp(plain, q, k, v)
     assert bool(jnp.all(jnp.isfinite(out)))
     np.testing.assert_allclose(np.asarray(jnp.where(seen, out, 0)), np.asarray(jnp.where(seen, ref, 0)), rtol=1e-5, atol=1e-6)
     for a, b_ in zip(vjp(cot), ref_vjp(cot)):
@@ -223,7 +223,7 @@ def test_attention_vjp_equals_autodiff_of_the_plain_softmax_attention(t, blocks)
 
 
 def test_causal_blocks_split_only_uncached_square_attention():
-    from jaxdebate.model.llama import causal_blocks
+    from jaxdebate.model.kernels import causal_blocks
 
     assert causal_blocks(512, 512, cached=False) == 4
     assert causal_blocks(1024, 1024, cached=False) == 8
