@@ -1,0 +1,112 @@
+"""The README's arithmetic-v2 "Progress" figures from the committed runs: a finished block's table row,
+its minutes from first start to last finish, the first-step sample fingerprints of every block, and
+the collapse counts that the README reads from answers.md. Descriptive bookkeeping for whoever continues
+the sweep; no test and no claim rests on it (PROTOCOL.md: interim figures are descriptive only).
+
+    .venv/bin/python scripts/arithmetic_v2_progress.py --seed 1030   # the row of block 31, then the counts
+    .venv/bin/python scripts/arithmetic_v2_progress.py               # the counts only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent.parent / "results" / "arithmetic-v2"
+ARMS = ("identity", "difference_rewards", "potential_based", "coma", "reward_mixing")
+FIRST_SEED = 1000  # block 1 (PROTOCOL.md)
+FINAL_STEP = 12
+LOW = 0.10  # the README bolds and counts final debate accuracies below this
+REPEATS = 30  # a run "repeats one number" when its commonest answer covers at least this many debates
+
+
+def cpu_kind(flags: str) -> str:
+    """The README's names for the machine kinds the sweep has met (by their CPU flags)."""
+    if "amx_tile" in flags:
+        return "Xeon AMX"
+    return "Zen 4" if "avx512f" in flags else "Zen 3"
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def block_row(seed: int) -> str:
+    """The table row of one finished block; SystemExit naming the run that is not done."""
+    cells, walls, kinds, starts, ends = [], [], set(), [], []
+    for arm in ARMS:
+        run = RESULTS / "runs" / f"{arm}-seed{seed}"
+        info = json.loads((run / "run.json").read_text()) if (run / "run.json").is_file() else {}
+        if info.get("status") != "done":
+            sys.exit(f"{run}: not a finished run (status {info.get('status')!r}); the block is incomplete")
+        validations = [r for r in read_jsonl(run / "metrics.jsonl") if "val/debate/accuracy/debate" in r]
+        if not validations or validations[-1]["step"] != FINAL_STEP:
+            sys.exit(f"{run}: no debate validation at step {FINAL_STEP}")
+        accuracy = validations[-1]["val/debate/accuracy/debate"]
+        cells.append(f"**{accuracy:.3f}**" if accuracy < LOW else f"{accuracy:.3f}")
+        walls.append(info["wall_time_s"])
+        kinds.add(cpu_kind(info["cpu_flags"]))
+        starts.append(info["started_at"])
+        ends.append(info["finished_at"])
+        print(f"{arm}: commit {info['commit'][:7]}, {cpu_kind(info['cpu_flags'])}, {info['wall_time_s']:,.0f} s")
+    print(f"block minutes (first start to last finish): {(max(ends) - min(starts)) / 60:.0f}")
+    return (f"| {seed - FIRST_SEED + 1} ({seed}) | {'/'.join(sorted(kinds))} | {min(walls):,.0f}–{max(walls):,.0f} | "
+            + " | ".join(cells) + " |")
+
+
+def fingerprints() -> str:
+    """Whether the five arms of every complete block drew the same first-step samples, and whether the
+    blocks drew different ones (``train/samples_fingerprint`` at step 1)."""
+    by_seed: dict[int, dict[str, object]] = {}
+    for run in sorted((RESULTS / "runs").glob("*-seed*")):
+        arm, seed = run.name.rsplit("-seed", 1)
+        first = [r for r in read_jsonl(run / "metrics.jsonl") if r.get("step") == 1 and "train/samples_fingerprint" in r]
+        if first:
+            by_seed.setdefault(int(seed), {})[arm] = first[0]["train/samples_fingerprint"]
+    complete = {s: arms for s, arms in by_seed.items() if set(arms) == set(ARMS)}
+    unequal = [s for s, arms in complete.items() if len(set(arms.values())) != 1]
+    shared = len({next(iter(arms.values())) for arms in complete.values()}) != len(complete)
+    return (f"fingerprints: {len(complete)} complete blocks, equal across arms in all but {unequal or 'none'}; "
+            f"{'some blocks share one' if shared else 'distinct between blocks'}")
+
+
+def collapse_counts() -> None:
+    """The answers.md counts the README quotes: runs below LOW by arm, their step-6 accuracies, and
+    each such run's answers (unanswered debates, commonest answer, distinct answers, tokens)."""
+    rows = [line for line in (RESULTS / "answers.md").read_text().splitlines() if re.match(r"\| \w+-seed\d+ \|", line)]
+    low, high = [], []
+    for line in rows:
+        c = [x.strip() for x in line.strip("|").split("|")]
+        name, step6, final = c[0], float(c[6].strip("*")), float(c[7].strip("*"))
+        (low if final < LOW else high).append((name, step6, final, c[2], c[3], c[4], c[9]))
+    by_arm = {arm: sum(name.startswith(arm + "-") for name, *_ in low) for arm in ARMS}
+    print(f"{len(rows)} runs, {len(low)} below {LOW:.2f}: {by_arm}")
+    if low and high:
+        print(f"  of those, {sum(s6 < 0.20 for _, s6, *_ in low)} below 0.20 at step 6 "
+              f"(median {statistics.median(s6 for _, s6, *_ in low):.3f}); the others: "
+              f"{sum(s6 < 0.20 for _, s6, *_ in high)} of {len(high)} (median {statistics.median(s6 for _, s6, *_ in high):.3f})")
+    for name, step6, final, unanswered, top, distinct, tokens in low:
+        m = re.match(r"`(.*)` × (\d+)", top)
+        repeats = m is not None and int(m.group(2)) >= REPEATS
+        print(f"  {name}: step 6 {step6:.3f}, final {final:.3f}, no answer {unanswered}, commonest {top}, "
+              f"distinct {distinct}, tokens {tokens}" + (f"  <- repeats one number (>= {REPEATS})" if repeats else ""))
+    repeating = [line for line in rows if (m := re.search(r"`[^`]*` × (\d+)", line)) and int(m.group(1)) >= REPEATS]
+    print(f"of all {len(rows)} runs (any accuracy), {len(repeating)} give one answer in >= {REPEATS} debates")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, help="print the README table row of this finished block first")
+    args = parser.parse_args()
+    if args.seed is not None:
+        print(block_row(args.seed))
+    print(fingerprints())
+    collapse_counts()
+
+
+if __name__ == "__main__":
+    main()
