@@ -36,6 +36,32 @@ family=$(lscpu | sed -n 's/^CPU family: *//p'); model=$(lscpu | sed -n 's/^Model
 case "$family/$model" in 25/1) kind="Zen 3 " ;; 25/17) kind="Zen 4 " ;; *) kind="" ;; esac
 cpu="$kind$(lscpu | sed -n 's/^Model name: *//p') family $family model $model: ${flags:-no AVX-512 or AMX flags}"
 
+# The packages that set the runs' numbers must be the ones the sweep ran with (pyproject.toml leaves
+# them unpinned, so a fresh install resolves whatever the index offers then).
+pins=$R/packages.txt
+if ! drift=$(.venv/bin/python - "$pins" <<'EOF'
+import re, sys
+from importlib.metadata import PackageNotFoundError, version
+drift = []
+for line in open(sys.argv[1]):
+    if not line.strip() or line.startswith("#"):
+        continue
+    name, want = re.fullmatch(r"([A-Za-z0-9_.-]+)==(\S+)", line.strip()).groups()
+    try:
+        have = version(name)
+    except PackageNotFoundError:
+        have = "not installed"
+    if have != want:
+        drift.append(f"{name} {have} (the sweep's: {want})")
+print("; ".join(drift))
+sys.exit(1 if drift else 0)
+EOF
+); then
+  echo "error: .venv differs from $pins: $drift; the sweep's numbers depend on these, so no block begins." \
+    "Restore them: .venv/bin/pip install -r $pins" >&2
+  exit 2
+fi
+
 # The worktree at the pre-registered commit, seeded with every committed run (the sweep skips them).
 if [ ! -e "$TREE/.git" ] && [ -z "${DRY:-}" ]; then
   git worktree prune
@@ -101,7 +127,7 @@ land() {  # commit each run the sweep has exported since the last call (its run.
 }
 
 cache=${JAXDEBATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jaxdebate}/validation
-echo "[session] $cpu; worktree $TREE at ${COMMIT:0:7}; ends by $(date -u -d @"$end_s" +%FT%H:%M) UTC"
+echo "[session] $cpu; worktree $TREE at ${COMMIT:0:7}, packages as in $pins; ends by $(date -u -d @"$end_s" +%FT%H:%M) UTC"
 while :; do
   block=""
   for ((i = 1; i <= N_BLOCKS; i++)); do
