@@ -16,6 +16,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from jaxdebate.metrics import read_metrics
+
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "arithmetic-v2"
 ARMS = ("identity", "difference_rewards", "potential_based", "coma", "reward_mixing")
 FIRST_SEED = 1000  # block 1 (PROTOCOL.md)
@@ -31,10 +33,6 @@ def cpu_kind(flags: str) -> str:
     return "Zen 4" if "avx512f" in flags else "Zen 3"
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def block_row(seed: int) -> str:
     """The table row of one finished block; SystemExit naming the run that is not done."""
     cells, walls, kinds, starts, ends = [], [], set(), [], []
@@ -43,7 +41,7 @@ def block_row(seed: int) -> str:
         info = json.loads((run / "run.json").read_text()) if (run / "run.json").is_file() else {}
         if info.get("status") != "done":
             sys.exit(f"{run}: not a finished run (status {info.get('status')!r}); the block is incomplete")
-        validations = [r for r in read_jsonl(run / "metrics.jsonl") if "val/debate/accuracy/debate" in r]
+        validations = [r for r in read_metrics(run) if "val/debate/accuracy/debate" in r]
         if not validations or validations[-1]["step"] != FINAL_STEP:
             sys.exit(f"{run}: no debate validation at step {FINAL_STEP}")
         accuracy = validations[-1]["val/debate/accuracy/debate"]
@@ -64,7 +62,7 @@ def fingerprints() -> str:
     by_seed: dict[int, dict[str, object]] = {}
     for run in sorted((RESULTS / "runs").glob("*-seed*")):
         arm, seed = run.name.rsplit("-seed", 1)
-        first = [r for r in read_jsonl(run / "metrics.jsonl") if r.get("step") == 1 and "train/samples_fingerprint" in r]
+        first = [r for r in read_metrics(run) if r.get("step") == 1 and "train/samples_fingerprint" in r]
         if first:
             by_seed.setdefault(int(seed), {})[arm] = first[0]["train/samples_fingerprint"]
     complete = {s: arms for s, arms in by_seed.items() if set(arms) == set(ARMS)}
