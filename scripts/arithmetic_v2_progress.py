@@ -1,7 +1,8 @@
 """The README's arithmetic-v2 "Progress" figures from the committed runs: a finished block's table row,
 its minutes from first start to last finish, the first-step sample fingerprints of every block, and
-the collapse counts that the README reads from answers.md. Descriptive bookkeeping for whoever continues
-the sweep; no test and no claim rests on it (PROTOCOL.md: interim figures are descriptive only).
+the collapse counts the README quotes (what the runs answered, as in answers.md). Descriptive
+bookkeeping for whoever continues the sweep; no test and no claim rests on it (PROTOCOL.md: interim
+figures are descriptive only).
 
     .venv/bin/python scripts/arithmetic_v2_progress.py --seed 1030   # the row of block 31, then the counts
     .venv/bin/python scripts/arithmetic_v2_progress.py               # the counts only
@@ -11,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 from pathlib import Path
 
+from jaxdebate.answer_profile import profiles
 from jaxdebate.metrics import read_metrics
+from jaxdebate.sweep_runs import load_sweep
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "arithmetic-v2"
 ARMS = ("identity", "difference_rewards", "potential_based", "coma", "reward_mixing")
@@ -73,27 +75,32 @@ def fingerprints() -> str:
 
 
 def collapse_counts() -> None:
-    """The answers.md counts the README quotes: runs below LOW by arm, their step-6 accuracies, and
-    each such run's answers (unanswered debates, commonest answer, distinct answers, tokens)."""
-    rows = [line for line in (RESULTS / "answers.md").read_text().splitlines() if re.match(r"\| \w+-seed\d+ \|", line)]
-    low, high = [], []
-    for line in rows:
-        c = [x.strip() for x in line.strip("|").split("|")]
-        name, step6, final = c[0], float(c[6].strip("*")), float(c[7].strip("*"))
-        (low if final < LOW else high).append((name, step6, final, c[2], c[3], c[4], c[9]))
-    by_arm = {arm: sum(name.startswith(arm + "-") for name, *_ in low) for arm in ARMS}
-    print(f"{len(rows)} runs, {len(low)} below {LOW:.2f}: {by_arm}")
+    """The counts the README quotes about what the runs answered (jaxdebate.answer_profile, the source of
+    answers.md): runs below LOW by arm, their step-6 accuracies, each such run's answers, and the runs
+    whose commonest answer covers at least REPEATS debates."""
+    done = sorted((run for run in load_sweep(RESULTS / "runs") if run.state.get("status") == "done"),
+                  key=lambda run: (ARMS.index(run.strategy), run.seed))  # answers.md order: arm, then seed
+    found = profiles(done)
+    low = [p for p in found if p.accuracy < LOW]
+    high = [p for p in found if p.accuracy >= LOW]
+    by_arm = {arm: sum(p.name.startswith(arm + "-") for p in low) for arm in ARMS}
+    print(f"{len(found)} runs, {len(low)} below {LOW:.2f}: {by_arm}")
+
+    def step6(p) -> float:
+        return dict(p.curve)[6]
+
     if low and high:
-        print(f"  of those, {sum(s6 < 0.20 for _, s6, *_ in low)} below 0.20 at step 6 "
-              f"(median {statistics.median(s6 for _, s6, *_ in low):.3f}); the others: "
-              f"{sum(s6 < 0.20 for _, s6, *_ in high)} of {len(high)} (median {statistics.median(s6 for _, s6, *_ in high):.3f})")
-    for name, step6, final, unanswered, top, distinct, tokens in low:
-        m = re.match(r"`(.*)` × (\d+)", top)
-        repeats = m is not None and int(m.group(2)) >= REPEATS
-        print(f"  {name}: step 6 {step6:.3f}, final {final:.3f}, no answer {unanswered}, commonest {top}, "
-              f"distinct {distinct}, tokens {tokens}" + (f"  <- repeats one number (>= {REPEATS})" if repeats else ""))
-    repeating = [line for line in rows if (m := re.search(r"`[^`]*` × (\d+)", line)) and int(m.group(1)) >= REPEATS]
-    print(f"of all {len(rows)} runs (any accuracy), {len(repeating)} give one answer in >= {REPEATS} debates")
+        print(f"  of those, {sum(step6(p) < 0.20 for p in low)} below 0.20 at step 6 "
+              f"(median {statistics.median(map(step6, low)):.3f}); the others: "
+              f"{sum(step6(p) < 0.20 for p in high)} of {len(high)} (median {statistics.median(map(step6, high)):.3f})")
+    for p in low:
+        top = "–" if p.top_answer is None else f"`{p.top_answer}` × {p.top_count}"
+        tokens = " → ".join("–" if t is None else f"{t:.1f}" for t in p.completion_tokens)
+        print(f"  {p.name}: step 6 {step6(p):.3f}, final {p.accuracy:.3f}, no answer {p.no_answer}, commonest {top}, "
+              f"distinct {p.distinct}, tokens {tokens}"
+              + (f"  <- repeats one number (>= {REPEATS})" if p.top_count >= REPEATS else ""))
+    repeating = [p for p in found if p.top_count >= REPEATS]
+    print(f"of all {len(found)} runs (any accuracy), {len(repeating)} give one answer in >= {REPEATS} debates")
 
 
 def main() -> None:
