@@ -18,7 +18,7 @@ from pathlib import Path
 
 from jaxdebate.answer_profile import profiles
 from jaxdebate.metrics import read_metrics
-from jaxdebate.sweep_runs import load_sweep
+from jaxdebate.sweep_runs import Run, load_sweep
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "arithmetic-v2"
 ARMS = ("identity", "difference_rewards", "potential_based", "coma", "reward_mixing")
@@ -58,15 +58,14 @@ def block_row(seed: int) -> str:
             + " | ".join(cells) + " |")
 
 
-def fingerprints() -> str:
+def fingerprints(runs: list[Run]) -> str:
     """Whether the five arms of every complete block drew the same first-step samples, and whether the
     blocks drew different ones (``train/samples_fingerprint`` at step 1)."""
     by_seed: dict[int, dict[str, object]] = {}
-    for run in sorted((RESULTS / "runs").glob("*-seed*")):
-        arm, seed = run.name.rsplit("-seed", 1)
-        first = [r for r in read_metrics(run) if r.get("step") == 1 and "train/samples_fingerprint" in r]
-        if first:
-            by_seed.setdefault(int(seed), {})[arm] = first[0]["train/samples_fingerprint"]
+    for run in runs:
+        first = [r for r in run.records if r.get("step") == 1 and "train/samples_fingerprint" in r]
+        if first and run.seed is not None:
+            by_seed.setdefault(run.seed, {})[run.strategy] = first[0]["train/samples_fingerprint"]
     complete = {s: arms for s, arms in by_seed.items() if set(arms) == set(ARMS)}
     unequal = [s for s, arms in complete.items() if len(set(arms.values())) != 1]
     shared = len({next(iter(arms.values())) for arms in complete.values()}) != len(complete)
@@ -74,11 +73,11 @@ def fingerprints() -> str:
             f"{'some blocks share one' if shared else 'distinct between blocks'}")
 
 
-def collapse_counts() -> None:
+def collapse_counts(runs: list[Run]) -> None:
     """The counts the README quotes about what the runs answered (jaxdebate.answer_profile, the source of
     answers.md): runs below LOW by arm, their step-6 accuracies, each such run's answers, and the runs
     whose commonest answer covers at least REPEATS debates."""
-    done = sorted((run for run in load_sweep(RESULTS / "runs") if run.state.get("status") == "done"),
+    done = sorted((run for run in runs if run.state.get("status") == "done"),
                   key=lambda run: (ARMS.index(run.strategy), run.seed))  # answers.md order: arm, then seed
     found = profiles(done)
     low = [p for p in found if p.accuracy < LOW]
@@ -109,8 +108,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.seed is not None:
         print(block_row(args.seed))
-    print(fingerprints())
-    collapse_counts()
+    runs = load_sweep(RESULTS / "runs")  # each run.json and metrics.jsonl read once, for both
+    print(fingerprints(runs))
+    collapse_counts(runs)
 
 
 if __name__ == "__main__":
