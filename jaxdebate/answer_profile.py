@@ -62,8 +62,14 @@ def answer_profile(run, set: str = "heldout", mode: str = "debate") -> AnswerPro
     )
 
 
-def _tokens(x: float | None) -> str:
-    return "–" if x is None else f"{x:.1f}"
+def top_cell(p: AnswerProfile) -> str:
+    """The commonest answer and its count as ``answers.md`` writes it (``–`` when no debate gave one)."""
+    return "–" if p.top_answer is None else f"`{p.top_answer}` × {p.top_count}"
+
+
+def tokens_cell(p: AnswerProfile) -> str:
+    """Mean completion tokens per turn at the first and the last step, ``first → last``."""
+    return " → ".join("–" if t is None else f"{t:.1f}" for t in p.completion_tokens)
 
 
 def format_profiles(profiles: Sequence[AnswerProfile]) -> str:
@@ -86,10 +92,8 @@ def format_profiles(profiles: Sequence[AnswerProfile]) -> str:
         at = dict(p.curve)
         cells = [f"**{at[s]:.3f}**" if s in at and at[s] < COLLAPSED else (f"{at[s]:.3f}" if s in at else "–")
                  for s in steps]
-        top = "–" if p.top_answer is None else f"`{p.top_answer}` × {p.top_count}"
-        lines.append(f"| {p.name} | {p.items} | {p.no_answer} | {top} | {p.distinct} | " + " | ".join(cells)
-                     + f" | {p.zero_train_steps[0]} of {p.zero_train_steps[1]}"
-                     + f" | {_tokens(p.completion_tokens[0])} → {_tokens(p.completion_tokens[1])} |")
+        lines.append(f"| {p.name} | {p.items} | {p.no_answer} | {top_cell(p)} | {p.distinct} | " + " | ".join(cells)
+                     + f" | {p.zero_train_steps[0]} of {p.zero_train_steps[1]} | {tokens_cell(p)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -16,7 +16,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from jaxdebate.answer_profile import profiles
+from jaxdebate.answer_profile import profiles, tokens_cell, top_cell
 from jaxdebate.metrics import read_metrics
 from jaxdebate.sweep_runs import Run, load_sweep
 
@@ -93,10 +93,8 @@ def collapse_counts(runs: list[Run]) -> None:
               f"(median {statistics.median(map(step6, low)):.3f}); the others: "
               f"{sum(step6(p) < 0.20 for p in high)} of {len(high)} (median {statistics.median(map(step6, high)):.3f})")
     for p in low:
-        top = "–" if p.top_answer is None else f"`{p.top_answer}` × {p.top_count}"
-        tokens = " → ".join("–" if t is None else f"{t:.1f}" for t in p.completion_tokens)
-        print(f"  {p.name}: step 6 {step6(p):.3f}, final {p.accuracy:.3f}, no answer {p.no_answer}, commonest {top}, "
-              f"distinct {p.distinct}, tokens {tokens}"
+        print(f"  {p.name}: step 6 {step6(p):.3f}, final {p.accuracy:.3f}, no answer {p.no_answer}, "
+              f"commonest {top_cell(p)}, distinct {p.distinct}, tokens {tokens_cell(p)}"
               + (f"  <- repeats one number (>= {REPEATS})" if p.top_count >= REPEATS else ""))
     repeating = [p for p in found if p.top_count >= REPEATS]
     print(f"of all {len(found)} runs (any accuracy), {len(repeating)} give one answer in >= {REPEATS} debates")
