@@ -137,16 +137,20 @@ def _remove_dead_temp_dirs(state_dir: Path) -> None:
 def server_env(config: VLLMConfig, state_dir: Path, socket_dir: Path, ext_dir: Path, *, cpu: bool,
                key: str) -> dict:
     """The server's environment: dev endpoints on but guarded by ``key`` (see :mod:`jaxdebate.sampling.vllm.in_server.guard`),
-    caches and temp files under ``state_dir``."""
+    config and temp files under ``state_dir``. Compiled kernels go to ``$JAXDEBATE_CACHE/vllm``, shared by
+    every server on the machine: torch compiles the CPU kernels of a server's first request, and a cache per
+    workdir made each new run compile them again."""
+    from jaxdebate.model.sources import cache_dir
+
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    cache = state_dir / "cache"
+    cache = cache_dir() / "vllm"  # keyed by content (torch inductor, triton, vLLM), safe to share
     env.update(
         PYTHONPATH=str(ext_dir),
         **{guard.KEY_ENV: key},
         VLLM_SERVER_DEV_MODE="1",
         VLLM_HOST_IP="127.0.0.1",
         VLLM_CACHE_ROOT=str(cache / "vllm"),
-        VLLM_CONFIG_ROOT=str(cache / "vllm-config"),
+        VLLM_CONFIG_ROOT=str(state_dir / "cache" / "vllm-config"),
         VLLM_RPC_BASE_PATH=str(socket_dir),
         VLLM_NO_USAGE_STATS="1",
         VLLM_DO_NOT_TRACK="1",

@@ -65,7 +65,7 @@ def test_paths_resolve_against_repo_root(tmp_path, monkeypatch):
     assert VLLMConfig(url="http://127.0.0.1:1").installed()
 
 
-def test_server_command_and_environment(tmp_path):
+def test_server_command_and_environment(tmp_path, monkeypatch):
     cfg = VLLMConfig(dtype="bfloat16", max_model_len=2048, kv_cache_gib=3,
                      extra_args=("--max-num-batched-tokens", "8192"))
     args = server_args(cfg, tmp_path / "m", 8123, cpu=True)
@@ -84,13 +84,16 @@ def test_server_command_and_environment(tmp_path):
     (tmp_path / "m" / "config.json").write_text('{"max_position_embeddings": 8192}')
     cpu = " ".join(server_args(VLLMConfig(), tmp_path / "m", 1, cpu=True))
     assert "--no-enable-chunked-prefill --max-num-batched-tokens 8192" in cpu
+    monkeypatch.setenv("JAXDEBATE_CACHE", str(tmp_path / "machine"))
     env = server_env(cfg, tmp_path / "state", tmp_path / "sock", tmp_path / "ext", cpu=True, key="k3y")
     assert env["JAXDEBATE_VLLM_KEY"] == "k3y" and "k3y" not in cpu
     assert env["VLLM_TARGET_DEVICE"] == "cpu" and env["VLLM_CPU_KVCACHE_SPACE"] == "3"
     assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" and env["VLLM_SERVER_DEV_MODE"] == "1"
     assert env["PYTHONPATH"] == str(tmp_path / "ext")
-    for key in ("VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR"):
-        assert env[key].startswith(str(tmp_path)), key
+    for key in ("VLLM_CONFIG_ROOT", "TMPDIR"):  # this run's own
+        assert env[key].startswith((str(tmp_path / "state"), str(tmp_path / "sock"))), key
+    for key in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):  # compiled kernels: the machine's
+        assert env[key].startswith(str(tmp_path / "machine" / "vllm")), key
     assert "VLLM_TARGET_DEVICE" not in server_env(cfg, tmp_path, tmp_path, tmp_path, cpu=False, key="k")
 
 
