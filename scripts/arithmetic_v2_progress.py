@@ -11,13 +11,11 @@ figures are descriptive only).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 
 from jaxdebate.answer_profile import profiles, tokens_cell, top_cell
-from jaxdebate.metrics import read_metrics
 from jaxdebate.sweep_runs import Run, load_sweep
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "arithmetic-v2"
@@ -35,17 +33,19 @@ def cpu_kind(flags: str) -> str:
     return "Zen 4" if "avx512f" in flags else "Zen 3"
 
 
-def block_row(seed: int) -> str:
+def block_row(seed: int, runs: list[Run]) -> str:
     """The table row of one finished block; SystemExit naming the run that is not done."""
+    by_name = {run.name: run for run in runs}
     cells, walls, kinds, starts, ends = [], [], set(), [], []
     for arm in ARMS:
-        run = RESULTS / "runs" / f"{arm}-seed{seed}"
-        info = json.loads((run / "run.json").read_text()) if (run / "run.json").is_file() else {}
+        name = f"{arm}-seed{seed}"
+        run = by_name.get(name)
+        info = run.state if run is not None else {}
         if info.get("status") != "done":
-            sys.exit(f"{run}: not a finished run (status {info.get('status')!r}); the block is incomplete")
-        validations = [r for r in read_metrics(run) if "val/debate/accuracy/debate" in r]
+            sys.exit(f"{RESULTS / 'runs' / name}: not a finished run (status {info.get('status')!r}); the block is incomplete")
+        validations = [r for r in run.records if "val/debate/accuracy/debate" in r]
         if not validations or validations[-1]["step"] != FINAL_STEP:
-            sys.exit(f"{run}: no debate validation at step {FINAL_STEP}")
+            sys.exit(f"{run.workdir}: no debate validation at step {FINAL_STEP}")
         accuracy = validations[-1]["val/debate/accuracy/debate"]
         cells.append(f"**{accuracy:.3f}**" if accuracy < LOW else f"{accuracy:.3f}")
         walls.append(info["wall_time_s"])
@@ -104,9 +104,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, help="print the README table row of this finished block first")
     args = parser.parse_args()
+    runs = load_sweep(RESULTS / "runs")  # each run.json and metrics.jsonl read once, for all three
     if args.seed is not None:
-        print(block_row(args.seed))
-    runs = load_sweep(RESULTS / "runs")  # each run.json and metrics.jsonl read once, for both
+        print(block_row(args.seed, runs))
     print(fingerprints(runs))
     collapse_counts(runs)
 
