@@ -18,7 +18,9 @@ from jaxdebate.sampling.base import Sampler, SamplingParams
 
 
 def accuracy_report(batches: Sequence[Any]) -> dict[str, float]:
-    """Accuracies over the items of several DebateBatches (each counted by its own turns/debates)."""
+    """Accuracies over the items of several DebateBatches (each counted by its own turns/debates). A
+    per-agent or per-round accuracy with no turn behind it (an agent or round the set's environment does
+    not play, as in single-agent validation) is left out rather than logged as NaN."""
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
 
@@ -43,7 +45,9 @@ def accuracy_report(batches: Sequence[Any]) -> dict[str, float]:
         add("truncated_fraction", batch.stats.get("truncated", 0), batch.stats.get("turns", 0))
         add("no_answer_fraction", batch.stats.get("no_answer", 0), batch.stats.get("turns", 0))
         add("no_answer_fraction/debate", (batch.debate_answers() < 0)[played].sum(), played.sum())
-    return {k: (sums[k] / counts[k] if counts[k] else float("nan")) for k in sums} | {
+    breakdown = ("accuracy/agent_", "accuracy/round_")
+    return {k: (sums[k] / counts[k] if counts[k] else float("nan")) for k in sums
+            if counts[k] or not k.startswith(breakdown)} | {
         "items": float(sum(len(b.items) for b in batches))
     }
 

@@ -50,6 +50,10 @@ def test_every_validation_writes_item_rows_and_step_0_is_reused(tmp_path, monkey
         # the rows and the logged metrics are one computation
         assert np.mean([r["correct_final"] for r in debate]) == record["val/debate/accuracy/debate"]
         assert np.mean([r["correct"][0][0] for r in single]) == record["val/single/accuracy"]
+        # one agent, one round: its breakdown names agent 0 and round 0 only, no NaN for agents it lacks
+        assert record["val/single/accuracy/agent_0"] == record["val/single/accuracy/round_0"] == record["val/single/accuracy"]
+        assert not any(k.startswith(("val/single/accuracy/agent_1", "val/single/accuracy/round_1")) for k in record)
+        assert {"val/debate/accuracy/agent_2", "val/debate/accuracy/round_1"} <= record.keys()
         # an unanswered debate is one whose row has no answer; a turn without a number, one without its own
         assert np.mean([r["answer"] is None for r in debate]) == record["val/debate/no_answer_fraction/debate"]
         assert np.mean([a is None for r in debate for agent in r["answers"] for a in agent]) == \
