@@ -69,7 +69,8 @@ def fingerprints(runs: list[Run]) -> str:
     complete = {s: arms for s, arms in by_seed.items() if set(arms) == set(ARMS)}
     unequal = [s for s, arms in complete.items() if len(set(arms.values())) != 1]
     shared = len({next(iter(arms.values())) for arms in complete.values()}) != len(complete)
-    return (f"fingerprints: {len(complete)} complete blocks, equal across arms in all but {unequal or 'none'}; "
+    within = f"unequal across arms in blocks of seeds {unequal}" if unequal else "equal across arms in every one"
+    return (f"fingerprints: {len(complete)} complete blocks, {within}; "
             f"{'some blocks share one' if shared else 'distinct between blocks'}")
 
 
