@@ -102,14 +102,20 @@ def set_xla_flags(config: Config, environ: dict[str, str] | None = None) -> None
     environ["XLA_FLAGS"] = " ".join([*flags, f"{DETERMINISTIC_GPU_OPS}={str(want).lower()}"])
 
 
+CACHE_MIN_COMPILE_S = 0.5  # JAX's default (1 s) leaves a small run's many sub-second programs uncached
+
+
 def enable_compilation_cache() -> None:
     """Keep XLA executables across runs (under ``$JAXDEBATE_CACHE/xla`` unless
-    ``JAX_COMPILATION_CACHE_DIR`` is set): a run's first step otherwise recompiles what the last run
-    of the same shapes already compiled (15-40 s on a 2-core CPU)."""
-    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        return
+    ``JAX_COMPILATION_CACHE_DIR`` is set), every one that took ``CACHE_MIN_COMPILE_S`` or more to
+    compile unless ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` is set: a run's first step otherwise
+    recompiles what the last run of the same shapes already compiled."""
     import jax
 
+    if not os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"):
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_S)
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return
     from jaxdebate.model.sources import cache_dir
 
     jax.config.update("jax_compilation_cache_dir", str(cache_dir() / "xla"))

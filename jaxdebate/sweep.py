@@ -162,7 +162,6 @@ def _run_child(spec: RunSpec, log_path: Path, *, echo: bool, header: str) -> int
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     # Runs of one sweep compile the same programs: share XLA's persistent compilation cache.
     env.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(spec.workdir).parent / ".jax_cache"))
-    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
     with open(log_path, "a") as log:
         log.write(f"\n=== {header}\n")
         log.flush()

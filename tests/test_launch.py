@@ -2,6 +2,7 @@
 and --dry-run; `python -m jaxdebate.launch` as a real process."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -310,3 +311,19 @@ def test_deterministic_gpu_ops_reach_xla_flags_and_a_contradiction_is_refused(mo
     monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_deterministic_ops=false")
     assert main(["--config", "configs/coma.py", "--dry-run"]) == EXIT_CONFIG
     assert "launch.deterministic_gpu_ops" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given, expected", [(None, 0.5), ("2", 2.0)])
+def test_compilation_cache_keeps_sub_second_programs_unless_the_environment_says(tmp_path, given, expected):
+    """JAX caches only programs that took >= 1 s to compile: a small run's many shorter ones were compiled
+    anew by every launch. The launcher lowers that to CACHE_MIN_COMPILE_S; an explicit setting wins."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    env["JAXDEBATE_CACHE"] = str(tmp_path / "cache")
+    if given is not None:
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = given
+    probe = ("import jax; from jaxdebate.launch import enable_compilation_cache; enable_compilation_cache(); "
+             "print(jax.config.jax_persistent_cache_min_compile_time_secs, jax.config.jax_compilation_cache_dir)")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seconds, directory = out.stdout.split()
+    assert float(seconds) == expected and directory == str(tmp_path / "cache" / "xla")
