@@ -71,7 +71,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from jaxdebate.launch import enable_compilation_cache
+
     args = parse_args(argv)
+    enable_compilation_cache()  # the launcher's XLA cache: a repeated evaluation skips most compiling
     try:
         summary = run(args)
     except JaxDebateError as e:

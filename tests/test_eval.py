@@ -2,11 +2,17 @@
 debates, clear errors; on SmolLM2, the answer protocol that gives the 135M model reward."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from jaxdebate.eval import main
 from jaxdebate.stats import wilson_interval
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _summary(capsys):
@@ -105,3 +111,18 @@ def test_answer_line_protocol_gives_smollm2_reward(capsys):
                      "--max-tokens", "48", "--no-progress"]) == 0
         accuracy[protocol] = _summary(capsys)["accuracy"]
     assert accuracy["boxed"] <= 0.25 and accuracy["answer_line"] >= 0.6, accuracy
+
+
+def test_the_eval_command_keeps_its_compiled_programs_for_the_next_evaluation(tmp_path):
+    """`python -m jaxdebate.eval` uses the launcher's XLA cache (``$JAXDEBATE_CACHE/xla``): a repeated
+    evaluation loads what the last one compiled instead of compiling it again."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}  # the cache directory as a user's
+    env["JAXDEBATE_CACHE"] = str(tmp_path / "cache")
+    # every program, however fast it compiled (the tiny model's may all take < 0.5 s on a fast CPU)
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    out = subprocess.run([sys.executable, "-m", "jaxdebate.eval", "--model", "tiny", "--data", "arithmetic:n=4",
+                          "--no-progress"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["n"] == 4
+    cached = [p.name for p in (tmp_path / "cache" / "xla").iterdir()]
+    assert any(name.startswith("jit_") for name in cached), cached
