@@ -19,7 +19,10 @@ def pytest_configure(config):
         cache = tempfile.mkdtemp(prefix="jaxdebate-tests-xla-")
         config._jaxdebate_xla_cache = cache
         os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+    # in-process trainers do not go through the launcher: give them and their subprocesses its threshold
+    from jaxdebate.launch import CACHE_MIN_COMPILE_S
+
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", str(CACHE_MIN_COMPILE_S))
 
 
 # The suite's longest files (``--durations``), begun first. xdist's ``loadfile`` hands out files by their
