@@ -26,11 +26,21 @@ LOW = 0.10  # the README bolds and counts final debate accuracies below this
 REPEATS = 30  # a run "repeats one number" when its commonest answer covers at least this many debates
 
 
+# The recorded flag sets (run.json ``cpu_flags``) of the machine kinds the sweep has met, by the README's
+# names; the session script names them by lscpu's family/model, which run.json does not keep.
+KNOWN_KINDS = {
+    "(AVX2 only: no AVX-512/AMX)": "Zen 3",  # the only AVX2-only kind met (family 25 model 1)
+    "avx512_bf16 avx512_bitalg avx512_vbmi2 avx512_vnni avx512_vpopcntdq avx512bw avx512cd avx512dq avx512f "
+    "avx512ifma avx512vbmi avx512vl": "Zen 4",
+    "amx_bf16 amx_int8 amx_tile avx512_bf16 avx512_bitalg avx512_fp16 avx512_vbmi2 avx512_vnni avx512_vpopcntdq "
+    "avx512bw avx512cd avx512dq avx512f avx512ifma avx512vbmi avx512vl": "Xeon AMX",
+}
+
+
 def cpu_kind(flags: str) -> str:
-    """The README's names for the machine kinds the sweep has met (by their CPU flags)."""
-    if "amx_tile" in flags:
-        return "Xeon AMX"
-    return "Zen 4" if "avx512f" in flags else "Zen 3"
+    """The README's name for a run's machine kind, or ``new kind: <flags>`` for a flag set the sweep has
+    not met (a Zen 5 has avx512_vp2intersect): name it above and in the README before quoting it."""
+    return KNOWN_KINDS.get(flags, f"new kind: {flags}")
 
 
 def block_row(seed: int, runs: list[Run]) -> str:
