@@ -149,7 +149,7 @@ def export_results(sweep_dir: str | Path, out_dir: str | Path, endpoint: str | N
         for _, path in item_files[:1] + item_files[1:][-1:]:
             (dest / validation_files.DIR).mkdir(exist_ok=True)
             shutil.copyfile(path, dest / validation_files.DIR / path.name)
-    write_plots(sweep_dir, out / "plots", endpoint)
+    write_plots(sweep_dir, out / "plots", endpoint, plan)
     return out
 
 
@@ -167,12 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         runs = load_sweep(args.sweep_dir)
-        endpoint = results_plan(args.results, args.endpoint)[1] if args.results else args.endpoint or "final_accuracy"
+        plan, endpoint = (results_plan(args.results, args.endpoint) if args.results
+                          else (None, args.endpoint or "final_accuracy"))
     except (FileNotFoundError, ValueError) as e:
         print(f"analysis: {e}", file=sys.stderr)
         return 2
     print(format_accuracy_table(final_accuracy_table(runs)))
-    for path in write_plots(args.sweep_dir, args.out, endpoint):
+    for path in write_plots(args.sweep_dir, args.out, endpoint, plan):
         print(f"wrote {path}")
     if args.results:
         out = export_results(args.sweep_dir, args.results, endpoint)

@@ -214,11 +214,14 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def holm_entries(entries: Sequence[dict[str, Any]]) -> None:
+def holm_entries(entries: Sequence[dict[str, Any]], *, fixed_family: bool = False) -> None:
     """Holm-adjust a family of result records in place: each entry's ``p`` becomes ``p_holm``; an
-    entry without a finite ``p`` (untested) is left out of the family and gets ``p_holm`` None."""
+    entry without a finite ``p`` (untested) gets ``p_holm`` None. It is left out of the family, unless
+    ``fixed_family`` (a pre-registered family keeps its size whatever was testable): then it counts as
+    p = 1, so it is never rejected and the others are adjusted over every entry."""
     tested = [e for e in entries if e.get("p") is not None and math.isfinite(e["p"])]
-    for e, adjusted in zip(tested, holm([e["p"] for e in tested])):
+    untested = len(entries) - len(tested) if fixed_family else 0
+    for e, adjusted in zip(tested, holm([e["p"] for e in tested] + [1.0] * untested)):
         e["p_holm"] = adjusted
     for e in entries:
         e.setdefault("p_holm", None)

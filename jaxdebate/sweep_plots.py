@@ -12,7 +12,16 @@ from typing import Any
 import numpy as np
 
 from jaxdebate.sweep_runs import VAL_AGENT_PREFIX, Run, aggregate, load_sweep, strategies
-from jaxdebate.sweep_stats import VAL_DEBATE, VAL_DEBATE_HELDOUT, VAL_SINGLE, compare_strategies, run_summary
+from jaxdebate.sweep_stats import (
+    EQUIVALENCE_MARGIN,
+    VAL_DEBATE,
+    VAL_DEBATE_HELDOUT,
+    VAL_SINGLE,
+    Plan,
+    compare_strategies,
+    run_summary,
+    strategy_table,
+)
 
 # Metric names written by the trainer (jaxdebate.train) that the plots draw.
 REWARD_RAW = "train/reward/raw/mean"
@@ -111,52 +120,87 @@ def plot_training_signal(runs: Sequence[Run]):
     return _two_panels(runs, (ZERO_ADVANTAGE, "zero-advantage fraction"), (KL, "KL to reference (k3)"))
 
 
+def _p_text(p: float | None) -> str:
+    return "-" if p is None else f"{p:.2g}"
+
+
 def _interval_panel(ax, entries: Sequence[dict[str, Any]], value: str, title: str, zero_label: str,
-                    colors: dict[str, str]):
-    """Horizontal mean ± paired 95% interval per entry (first on top), annotated with p and Holm's p."""
+                    colors: dict[str, str], margin: float | None = None):
+    """Horizontal mean per entry (first on top) with its paired 95% interval (thick) and, where the
+    entry has one, its simultaneous (Bonferroni) interval (thin), the one a ranking rests on; p and
+    Holm's p sit under each name, so no label overlaps a bar; ``margin`` shades the equivalence band."""
+    from matplotlib.ticker import MaxNLocator
+
+    if margin is not None:
+        ax.axvspan(-margin, margin, color="0.9", zorder=0, label=f"±{margin:.2f} (equivalence margin)")
+    labels = []
     for y, e in enumerate(entries):
-        mean, ci, color = e[value], e.get("ci95"), colors.get(e["strategy"], "k")
+        mean, color = e[value], colors.get(e["strategy"], "k")
+        test = "no test" if e.get("p") is None else f"p {_p_text(e['p'])}, Holm {_p_text(e.get('p_holm'))}"
+        labels.append(f"{e['strategy']}\n{test}")
         if mean is None:
             continue
-        if ci:
-            ax.errorbar(mean, y, xerr=[[mean - ci[0]], [ci[1] - mean]], fmt="o", color=color, capsize=4)
-        else:
-            ax.plot(mean, y, "o", color=color)
-        note = "one seed" if e.get("p") is None else f"p={e['p']:.2g}, Holm p={e['p_holm']:.2g}"
-        ax.annotate(note, (mean, y), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=7)
+        for key, width in (("ci_simultaneous", 1.0), ("ci95", 3.5)):
+            ci = e.get(key)
+            if ci:
+                ax.plot(ci, [y, y], color=color, lw=width, solid_capstyle="butt")
+        ax.plot(mean, y, "o", color=color, markeredgecolor="k", markersize=6)
     ax.axvline(0, color="k", lw=0.8)
-    ax.set_yticks(range(len(entries)), [e["strategy"] for e in entries], fontsize=8)
-    ax.set_ylim(len(entries) - 0.4, -0.6)
+    ax.xaxis.set_major_locator(MaxNLocator(6))
+    ax.set_yticks(range(len(entries)), labels, fontsize=7)
+    ax.set_ylim(len(entries) - 0.5, -0.5)
     ax.set_xlabel(zero_label)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3, axis="x")
+    if margin is not None:
+        ax.legend(fontsize=7, loc="lower right")
 
 
-def plot_comparison(runs: Sequence[Run], endpoint: str = "final_accuracy", baseline: str = "identity"):
-    """The seed-level comparison on ``endpoint``: each seed's value per strategy (a line per seed:
-    the block), each strategy minus ``baseline`` on the same seed (paired 95% CI, p and Holm's p),
-    and each strategy's gain over step 0 (paired over seeds)."""
+def plot_comparison(runs: Sequence[Run], endpoint: str = "final_accuracy", baseline: str = "identity",
+                    plan: Plan | None = None):
+    """The seed-level comparison on ``endpoint``, as :func:`jaxdebate.sweep_stats.compare_strategies`
+    computes it (against the ``plan``'s arms and seeds when given): each complete block's values (a
+    grey line per seed) with each strategy's mean and 95% interval; each strategy minus ``baseline``
+    on the same seed (paired 95% and simultaneous intervals, p and Holm's p, the equivalence margin);
+    and each strategy's gain over step 0."""
     plt = _pyplot()
-    names = strategies(runs)
+    names = list(plan.arms) if plan is not None else strategies(runs)
+    if plan is not None:
+        baseline = plan.baseline
     colors = {n: f"C{i}" for i, n in enumerate(names)}  # as in the curves
-    rows = [run_summary(r) for r in sorted(runs, key=lambda r: names.index(r.strategy))]
-    comparison = compare_strategies(rows, baseline, endpoint)
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
-    seeds = sorted({r["seed"] for r in rows if r.get(endpoint) is not None}, key=lambda k: (k is None, k))
-    for j, seed in enumerate(seeds):
-        by = {r["strategy"]: r[endpoint] for r in rows if r["seed"] == seed and r.get(endpoint) is not None}
-        xs = [i for i, n in enumerate(names) if n in by]
-        axes[0].plot(xs, [by[names[i]] for i in xs], "o-", color=f"C{j}", alpha=0.8, label=f"seed {seed}")
-    axes[0].set_xticks(range(len(names)), names, rotation=20, fontsize=8)
-    axes[0].set_title(f"{endpoint} per seed (a seed fixes data order and sampling)", fontsize=9)
+    rows = [run_summary(r) for r in runs]
+    comparison = compare_strategies(rows, baseline, endpoint, arms=names,
+                                    seeds=plan.seeds if plan is not None else None)
+    complete = comparison["seeds_complete"]
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), gridspec_kw={"width_ratios": [1.2, 1, 1]})
+    values = {(r["strategy"], r["seed"]): r[endpoint] for r in rows
+              if r["seed"] in complete and r.get(endpoint) is not None}
+    few = len(complete) <= 8  # a legend per seed only while it stays readable
+    for j, seed in enumerate(complete):
+        ys = [values[(n, seed)] for n in names]
+        axes[0].plot(range(len(names)), ys, "-", color=f"C{j}" if few else "0.6", alpha=0.8 if few else 0.25,
+                     lw=1.0, label=f"seed {seed}" if few else None)
+    for t in strategy_table(rows, endpoint, complete):
+        if t["final_accuracy"] is None or t["strategy"] not in names:
+            continue
+        x = names.index(t["strategy"])
+        if t["ci95"]:
+            axes[0].plot([x, x], t["ci95"], color=colors[t["strategy"]], lw=3.5, solid_capstyle="butt")
+        axes[0].plot(x, t["final_accuracy"], "o", color=colors[t["strategy"]], markeredgecolor="k", markersize=7)
+    axes[0].set_xticks(range(len(names)), names, rotation=15, fontsize=8)
+    blocks = f"{len(complete)} complete seed block" + ("s" if len(complete) != 1 else "")
+    axes[0].set_title(f"{endpoint}: {blocks} (a line each), mean ± 95% CI", fontsize=9)
     axes[0].grid(alpha=0.3)
-    if seeds:
+    if few and complete:
         axes[0].legend(fontsize=7)
     b = comparison["blocked"]
     if b:
-        axes[0].set_xlabel(f"blocked ANOVA: strategy p={b['strategy_p']:.2g}, seed p={b['seed_p']:.2g}", fontsize=8)
+        axes[0].set_xlabel(f"blocked ANOVA: strategy F({b['strategy_df']}, {b['residual_df']}) = "
+                           f"{b['strategy_F']:.2f}, p = {_p_text(b['strategy_p'])}; seed p = {_p_text(b['seed_p'])}",
+                           fontsize=8)
     _interval_panel(axes[1], comparison["vs_baseline"], "mean_difference",
-                    f"strategy − {baseline}, same seed (paired 95% CI)", "difference in accuracy", colors)
+                    f"strategy − {baseline}, same seed: paired 95% CI (thick), simultaneous (thin)",
+                    "difference in accuracy", colors, margin=EQUIVALENCE_MARGIN)
     if comparison["learning"]:
         _interval_panel(axes[2], comparison["learning"], "mean_gain",
                         "final − step 0, same seed (paired 95% CI)", "gain in accuracy", colors)
@@ -176,15 +220,16 @@ PLOTS = {
 
 
 def write_plots(sweep_dir: str | Path, out_dir: str | Path | None = None,
-                endpoint: str = "final_accuracy") -> list[Path]:
-    """Write every comparison plot of a sweep as PNG files (default ``<sweep_dir>/plots``)."""
+                endpoint: str = "final_accuracy", plan: Plan | None = None) -> list[Path]:
+    """Write every comparison plot of a sweep as PNG files (default ``<sweep_dir>/plots``); a ``plan``
+    fixes the comparison's arms, seeds and baseline."""
     plt = _pyplot()
     runs = load_sweep(sweep_dir)
     out = Path(out_dir) if out_dir else Path(sweep_dir) / "plots"
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, fn in PLOTS.items():
-        fig = plot_comparison(runs, endpoint) if fn is plot_comparison else fn(runs)
+        fig = plot_comparison(runs, endpoint, plan=plan) if fn is plot_comparison else fn(runs)
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
         paths.append(out / name)

@@ -40,7 +40,7 @@ def seed_list(seeds: Sequence[Any]) -> str:
 
 def format_design(comparison: Mapping[str, Any]) -> list[str]:
     """What the tests leave out and why: incomplete blocks with each missing cell's status, seeds
-    without runs, diverged runs counted with their last validation, strategies outside the plan."""
+    without runs, diverged runs counted with their last validation, strategies and seeds outside the plan."""
     lines = []
     incomplete = list(comparison.get("seeds_incomplete") or [])
     if incomplete:
@@ -56,12 +56,16 @@ def format_design(comparison: Mapping[str, Any]) -> list[str]:
                      + ".")
     if comparison.get("not_planned"):
         lines.append(f"Not in the plan, not analysed: {', '.join(comparison['not_planned'])}.")
+    if comparison.get("seeds_not_planned"):
+        lines.append(f"Seeds not in the plan, not analysed (extend the plan first): "
+                     f"{seed_list(comparison['seeds_not_planned'])}.")
     return lines + [""] if lines else []
 
 
-def format_comparison(comparison: dict[str, Any]) -> str:
+def format_comparison(comparison: dict[str, Any], claims: bool = False) -> str:
     """The comparison as markdown: the blocked ANOVA, the paired differences to the baseline (p and
-    Holm's p), the learning over step 0 and the power line (plus the earlier one-way ANOVA)."""
+    Holm's p; with ``claims``, what the pre-registered rule lets one say of each), the learning over
+    step 0 and the power line (plus the earlier one-way ANOVA)."""
     p = comparison["anova_permutation_p"]
     lines = [f"Endpoint: `{comparison.get('endpoint', 'final_accuracy')}`. Unit of replication: the seed.", ""]
     b = comparison.get("blocked")
@@ -80,18 +84,19 @@ def format_comparison(comparison: dict[str, Any]) -> str:
                   "two-proportion tests in summary.json count items, not seeds).", ""]
     lines += format_design(comparison)
     lines += ["Exploratory, ignoring seeds (permutation one-way ANOVA): "
-              + ("n/a" if p is None else f"F = {comparison['anova_f']:.2f}, p = {p:.3f}")]
+              + ("n/a" if p is None else f"F = {comparison['anova_f']:.2f}, p = {_p(p)}")]
     if comparison["vs_baseline"]:
         lines += ["", f"| strategy − {comparison['baseline']} (same seed) | seeds | mean difference | paired 95% CI "
-                  f"| simultaneous CI (Bonferroni) | t (df) | p | Holm p | within ±{EQUIVALENCE_MARGIN:.2f} (TOST p) |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  f"| simultaneous CI (Bonferroni) | t (df) | p | Holm p | within ±{EQUIVALENCE_MARGIN:.2f} (TOST p) |"
+                  + (" claim (the protocol's rule) |" if claims else ""), "|---" * (10 if claims else 9) + "|"]
     for c in comparison["vs_baseline"]:
         diff = "-" if c["mean_difference"] is None else f"{c['mean_difference']:+.3f}"
         t = "-" if c.get("t") is None else f"{c['t']:.2f} ({c['df']})"
         eq = c.get("equivalence")
         eq_cell = "-" if not eq else f"{'yes' if eq['equivalent'] else 'no'} ({_p(eq['p'])})"
         lines.append(f"| {c['strategy']} | {len(c['seeds'])} | {diff} | {_ci(c['ci95'])} | "
-                     f"{_ci(c.get('ci_simultaneous'))} | {t} | {_p(c.get('p'))} | {_p(c.get('p_holm'))} | {eq_cell} |")
+                     f"{_ci(c.get('ci_simultaneous'))} | {t} | {_p(c.get('p'))} | {_p(c.get('p_holm'))} | {eq_cell} |"
+                     + (f" {c.get('claim', '-')} |" if claims else ""))
     if comparison.get("max_halfwidth") is not None:
         lines += ["", f"Widest paired 95% half-width against {comparison['baseline']}: "
                   f"{comparison['max_halfwidth']:.3f}."]
@@ -107,7 +112,7 @@ def format_comparison(comparison: dict[str, Any]) -> str:
     if power:
         needed = ", ".join(f"{v if v is not None else '> 100000'} seeds for a {float(k) * 100:.0f}-point difference"
                            for k, v in power["seeds_needed"].items())
-        lines += ["", f"Power (descriptive): the paired differences to {comparison['baseline']} have a pooled SD of "
+        lines += ["", f"Power (exploratory): the paired differences to {comparison['baseline']} have a pooled SD of "
                   f"{power['paired_sd']:.3f} (df {power['df']}); a paired t test (two-sided alpha 0.05) "
                   f"reaches 80% power with {needed}."]
     for kind, sub in (comparison.get("sensitivity_by_cpu") or {}).items():
@@ -139,7 +144,8 @@ def format_strategy_table(table: Sequence[dict[str, Any]]) -> str:
 def format_summary(summary: Mapping[str, Any]) -> str:
     """``table.md``: under a plan, how many of its blocks are complete (an interim table is labelled
     descriptive); the strategy table and the comparison on the primary endpoint; then the comparison
-    on each other endpoint, labelled secondary or, when the plan does not name it, exploratory."""
+    on each other endpoint, labelled secondary or, when the plan does not name it, exploratory. The
+    claim each comparison allows is shown once every planned block is complete, never before."""
     parts = []
     blocks, plan = summary.get("blocks"), summary.get("plan") or {}
     if blocks:
@@ -148,9 +154,11 @@ def format_summary(summary: Mapping[str, Any]) -> str:
                      f"Descriptive only: no claim or decision rests on this table{where}.**"
                      if blocks["complete"] < blocks["planned"] else
                      f"All {blocks['planned']} pre-registered seed blocks complete{where}.")
-    parts += [format_strategy_table(summary["table"]), format_comparison(summary["comparison"])]
+    final = bool(blocks) and blocks["complete"] >= blocks["planned"]
+    parts += [format_strategy_table(summary["table"]), format_comparison(summary["comparison"], claims=final)]
     exploratory = set(summary.get("exploratory", []))
     for name, comparison in summary.get("secondary_endpoints", {}).items():
-        label = "Exploratory endpoint" if name in exploratory else "Secondary endpoint"
-        parts.append(f"### {label} `{name}`\n\n{format_comparison(comparison)}")
+        secondary = name not in exploratory
+        label = "Secondary endpoint" if secondary else "Exploratory endpoint"
+        parts.append(f"### {label} `{name}`\n\n{format_comparison(comparison, claims=final and secondary)}")
     return "\n\n".join(parts) + "\n"

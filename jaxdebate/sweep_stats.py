@@ -164,21 +164,29 @@ def divergence_stop(run: Run) -> int | None:
 def endpoint_values(run: Run, *, stopped_at: int | None = None) -> dict[str, Any]:
     """Every endpoint ``run`` has (see :data:`ENDPOINTS`; an area needs three validations), with the
     initial (step 0) value of each final one, the step of the final validation and the items it
-    counted. A run stopped by the divergence guard (``stopped_at``) keeps its last validation as its
-    final value, carried to the planned last step for the areas."""
+    counted. A final value or an area needs the validation at the run's planned last step
+    (``training.total_train_steps`` in its config.json, where it has one), whatever its status says:
+    an earlier step's value is never a final one. A run stopped by the divergence guard
+    (``stopped_at``) keeps its last validation as its final value, carried to the planned last step
+    for the areas (a run stopped before its second validation has the area of a flat curve)."""
     out: dict[str, Any] = {}
-    last_step = run.config.get("training", {}).get("total_train_steps") if stopped_at is not None else None
+    last_step = run.config.get("training", {}).get("total_train_steps")
+    last_step = last_step if isinstance(last_step, int) and not isinstance(last_step, bool) else None
+    stopped = stopped_at is not None
     for name, (how, keys) in ENDPOINTS.items():
         key, steps, values = _curve(run, keys)
         if key is None:
             continue
+        if stopped and last_step is not None and steps[-1] < last_step:
+            curve = [*steps, last_step], [*values, values[-1]]
+        else:
+            curve = steps, values
+        reached = last_step is None or curve[0][-1] >= last_step
         if how == "auc":  # with two validations the area is just the mean of the first and the last
-            if isinstance(last_step, int) and steps[-1] < last_step:
-                steps, values = [*steps, last_step], [*values, values[-1]]
-            if len(steps) >= 3:
-                out[name] = curve_area(steps, values)
+            if reached and (len(curve[0]) >= 3 or (stopped and len(curve[0]) >= 2)):
+                out[name] = curve_area(*curve)
             continue
-        out[name] = values[-1] if steps[-1] > 0 or stopped_at is not None else None
+        out[name] = values[-1] if reached and (steps[-1] > 0 or stopped) else None
         out[INITIAL[name]] = values[0] if steps[0] == 0 else None
         items_key = key.split("accuracy")[0] + "items"
         items = [metric_number(r.get(items_key)) for r in run.records if key in r]
@@ -189,10 +197,11 @@ def endpoint_values(run: Run, *, stopped_at: int | None = None) -> dict[str, Any
 
 def run_summary(run: Run) -> dict[str, Any]:
     """One run's row of ``summary.json``: every endpoint it has (``initial_accuracy`` and
-    ``final_accuracy`` are the single-agent ones), steps, status, training time, the per-item
-    McNemar tests when the run wrote per-item rows, and, for runs without them, Wilson intervals and
-    an (unpaired, item-level) two-proportion test of the first against the last validation. The status
-    is the sweep's, or :data:`DIVERGED` for a failed run the divergence guard stopped."""
+    ``final_accuracy`` are the single-agent ones), steps, status, training time, Wilson intervals and
+    an unpaired two-proportion test of the first against the last validation (the only item-level
+    test a run without per-item rows allows), and, when the run wrote per-item rows, the paired
+    McNemar tests (``item_tests``: what a claim about the run uses). The status is the sweep's, or
+    :data:`DIVERGED` for a failed run the divergence guard stopped."""
     stopped_at = divergence_stop(run)
     values = endpoint_values(run, stopped_at=stopped_at)
     last_step = max((r.get("step", 0) for r in run.records), default=0)
@@ -287,8 +296,34 @@ def _t_entry(values: Sequence[float]) -> dict[str, Any]:
 
 
 def _with_holm(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    holm_entries(entries)
+    """Holm over every entry, the untested ones at p = 1: the family is the planned comparisons
+    whatever runs exist (PROTOCOL amendment 2026-11-28)."""
+    holm_entries(entries, fixed_family=True)
     return entries
+
+
+def claim(entry: dict[str, Any], baseline: str, alpha: float = 0.05) -> str:
+    """What the pre-registered rule lets one say of a comparison with ``baseline``: a difference
+    where Holm's p < ``alpha``, a ranking where the simultaneous interval also excludes 0,
+    equivalence where the TOST interval lies inside the margin, else "inconclusive at this power"."""
+    if entry.get("p") is None:
+        return "no test"
+    said = []
+    if entry.get("p_holm") is not None and entry["p_holm"] < alpha:
+        side = "below" if entry["mean_difference"] < 0 else "above"
+        ci = entry.get("ci_simultaneous")
+        ranked = bool(ci) and (ci[1] < 0 or ci[0] > 0)
+        said.append(f"{side} {baseline}" + (" (ranked)" if ranked else " (Holm; not ranked)"))
+    if (entry.get("equivalence") or {}).get("equivalent"):
+        said.append(f"equivalent within ±{EQUIVALENCE_MARGIN:.2f}")
+    return "; ".join(said) or "inconclusive at this power"
+
+
+def _missing_status(status: str | None) -> str:
+    """Why a planned cell does not count: no run, a run not finished, or one without its final value."""
+    if status is None:
+        return "absent"
+    return status if status in UNFINISHED else f"{status}, no final value"
 
 
 def design(rows: Sequence[dict[str, Any]], endpoint: str, arms: Sequence[str] | None = None,
@@ -298,7 +333,8 @@ def design(rows: Sequence[dict[str, Any]], endpoint: str, arms: Sequence[str] | 
     finished or diverged and has the endpoint; ``complete`` seeds have every arm. ``missing`` lists
     each planned cell that does not count, with its run's status (``absent``: no run), in the seeds
     that have a run; ``seeds_incomplete`` the seeds with some but not all cells, ``seeds_without_runs``
-    those with none."""
+    those with none; ``seeds_not_planned`` the seeds with runs that the plan does not hold (left out
+    of every test: a block added after the plan, say, needs the plan extended first)."""
     arms = list(arms) if arms is not None else list(dict.fromkeys(r["strategy"] for r in rows))
     seeds = list(seeds) if seeds is not None else list(dict.fromkeys(r["seed"] for r in rows))
     status = {(r["strategy"], r["seed"]): r.get("status") for r in rows}
@@ -310,10 +346,11 @@ def design(rows: Sequence[dict[str, Any]], endpoint: str, arms: Sequence[str] | 
             "seeds_incomplete": [k for k in present if k not in complete],
             "seeds_without_runs": [k for k in seeds if k not in present],
             # seeds no run has reached yet are summed up by seeds_without_runs, not listed cell by cell
-            "missing": [{"strategy": arm, "seed": k, "status": status.get((arm, k)) or "absent"}
+            "missing": [{"strategy": arm, "seed": k, "status": _missing_status(status.get((arm, k)))}
                         for k in seeds for arm in arms if k not in values[arm]
                         and (k in present or (arm, k) in status)],
-            "not_planned": sorted({r["strategy"] for r in rows} - set(arms))}
+            "not_planned": sorted({r["strategy"] for r in rows} - set(arms)),
+            "seeds_not_planned": [k for k in dict.fromkeys(r["seed"] for r in rows) if k not in seeds]}
 
 
 def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity",
@@ -324,8 +361,8 @@ def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity
     - ``blocked``: two-way strategy x seed ANOVA without replication on the complete blocks
       (``seeds_dropped``: the others), and the share of the sum of squares each explains;
     - ``vs_baseline``: each strategy minus ``baseline`` on the same seeds: mean, paired t 95% interval,
-      t, df, p, Holm-adjusted ``p_holm`` over these comparisons, and a TOST ``equivalence`` within
-      ±:data:`EQUIVALENCE_MARGIN`;
+      t, df, p, Holm-adjusted ``p_holm`` over these comparisons, a TOST ``equivalence`` within
+      ±:data:`EQUIVALENCE_MARGIN`, and the ``claim`` the pre-registered rule allows (:func:`claim`);
     - ``learning``: per strategy, final minus initial (step 0) on each seed, paired t over seeds
       (``p_holm`` over strategies);
     - ``power``: the pooled SD of the paired differences to the baseline and the seeds a paired t test
@@ -336,7 +373,8 @@ def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity
       ``max_halfwidth``: the widest paired 95% half-width against the baseline (the precision rule);
     - the design (:func:`design`, against ``arms`` and ``seeds`` when a plan gives them):
       ``seeds_complete``, ``seeds_incomplete`` (left out of every test), ``seeds_without_runs``,
-      ``missing`` cells with their status, ``diverged`` runs (counted with their last validation);
+      ``missing`` cells with their status, ``diverged`` runs (counted with their last validation),
+      ``seeds_not_planned`` (runs outside the plan's seeds, never counted);
     - ``sensitivity_by_cpu``: where complete blocks ran on several CPU kinds, the same comparison
       within each kind (reported, not claimed); blocks of mixed or unknown kind are left out of it
       and listed (``sensitivity_excluded_seeds``).
@@ -353,6 +391,7 @@ def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity
                            "learning": [], "power": None, "seeds_complete": complete,
                            "seeds_incomplete": d["seeds_incomplete"], "seeds_without_runs": d["seeds_without_runs"],
                            "missing": d["missing"], "not_planned": d["not_planned"],
+                           "seeds_not_planned": d["seeds_not_planned"],
                            "diverged": [{"strategy": r["strategy"], "seed": r["seed"], "final_step": r.get("final_step")}
                                         for r in rows if r.get("status") == DIVERGED],
                            "max_halfwidth": None}
@@ -385,6 +424,8 @@ def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity
         entry["ci_simultaneous"] = list(simultaneous) if simultaneous else None
         out["vs_baseline"].append(entry)
     _with_holm(out["vs_baseline"])
+    for entry in out["vs_baseline"]:
+        entry["claim"] = claim(entry, baseline)
     widths = [(e["ci95"][1] - e["ci95"][0]) / 2 for e in out["vs_baseline"] if e["ci95"]]
     out["max_halfwidth"] = max(widths) if widths else None  # the precision rule's figure (PROTOCOL: <= 0.05)
     initial = INITIAL.get(endpoint)
@@ -409,6 +450,9 @@ def compare_strategies(rows: Sequence[dict[str, Any]], baseline: str = "identity
                 kind: compare_strategies(rows, baseline, endpoint, by_cpu=False, arms=d["arms"],
                                          seeds=[k for k in complete if kinds.get(k) == kind])
                 for kind in used}
+            for sub in out["sensitivity_by_cpu"].values():  # no claim rests on a sensitivity analysis
+                for entry in sub["vs_baseline"]:
+                    del entry["claim"]
             out["sensitivity_excluded_seeds"] = unclear
     return out
 

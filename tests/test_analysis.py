@@ -160,6 +160,7 @@ def test_compare_strategies_seed_level():
     by_kind = compare_strategies(rows, endpoint="final_debate_accuracy")["sensitivity_by_cpu"]
     assert set(by_kind) == {"avx512f", "(AVX2 only)"}
     assert by_kind["avx512f"]["vs_baseline"][0]["seeds"] == [1, 3] and by_kind["(AVX2 only)"]["vs_baseline"][0]["seeds"] == [4]
+    assert all("claim" not in e for sub in by_kind.values() for e in sub["vs_baseline"])  # reported, not claimed
     next(r for r in rows if r["seed"] == 3 and r["strategy"] == "coma")["cpu_kinds"] = ["(AVX2 only)"]
     for r in rows:
         if r["seed"] == 1:
@@ -223,6 +224,105 @@ def test_a_plan_counts_what_is_missing_against_it(tmp_path):
     md = format_summary(done)
     assert md.startswith("All 3 pre-registered seed blocks complete (PROTOCOL.md).")
     assert "### Secondary endpoint `final_accuracy`" in md
+
+
+def test_the_protocol_holds_in_cases_the_sweep_has_not_met(tmp_path):
+    """A review of arithmetic-v2's analysis (2026-12-03) found four rules of PROTOCOL.md that the
+    code kept only as long as the data never tested them: the Holm family is the planned one even
+    when a comparison cannot be tested; a run the divergence guard stops before its second
+    validation keeps its area; an earlier step's value is never a final one, whatever the status
+    says; seeds outside the plan are named, not silently dropped. And the claim rule, applied."""
+    from jaxdebate.stats import holm_entries
+    from jaxdebate.sweep_report import format_summary
+    from jaxdebate.sweep_stats import Plan, claim, divergence_stop, sweep_summary
+
+    # Holm: an untestable comparison (equal differences: no variance estimate) stays in the family at p = 1
+    table = {"identity": [0.40, 0.35, 0.50, 0.42, 0.30], "coma": [0.30, 0.28, 0.38, 0.30, 0.21],
+             "reward_mixing": [0.45, 0.36, 0.52, 0.47, 0.33]}
+    table["potential_based"] = [v + 0.02 for v in table["identity"]]
+    rows = [{"strategy": s, "seed": seed, "status": "done", "final_debate_accuracy": v, "initial_debate_accuracy": 0.3}
+            for s, values in table.items() for seed, v in enumerate(values, start=1)]
+    out = compare_strategies(rows, endpoint="final_debate_accuracy", arms=list(table), seeds=[1, 2, 3, 4, 5])
+    by = {e["strategy"]: e for e in out["vs_baseline"]}
+    assert by["potential_based"]["p"] is None and by["potential_based"]["p_holm"] is None
+    family = [by["coma"]["p"], by["reward_mixing"]["p"], 1.0]
+    assert [by["coma"]["p_holm"], by["reward_mixing"]["p_holm"]] == pytest.approx(holm(family)[:2])
+    assert by["reward_mixing"]["p_holm"] == pytest.approx(min(1.0, 2 * by["reward_mixing"]["p"]))  # not 1x: m = 3
+    entries = [{"p": 0.01}, {"p": 0.02}, {"p": None}]
+    holm_entries(entries)  # other families (the coherence study's) keep the tested ones only
+    assert [e["p_holm"] for e in entries] == pytest.approx([0.02, 0.02, None])
+
+    # the claim rule: a difference where Holm's p < 0.05, a ranking where the simultaneous interval
+    # excludes 0 as well, equivalence inside the margin, else inconclusive
+    base = {"p": 0.001, "mean_difference": -0.08, "equivalence": {"equivalent": False}}
+    assert claim({**base, "p_holm": 0.004, "ci_simultaneous": [-0.12, -0.04]}, "identity") == "below identity (ranked)"
+    assert claim({**base, "p_holm": 0.04, "ci_simultaneous": [-0.12, 0.01]}, "identity") == "below identity (Holm; not ranked)"
+    assert claim({"p": 0.6, "p_holm": 1.0, "mean_difference": 0.004, "ci_simultaneous": [-0.04, 0.05],
+                  "equivalence": {"equivalent": True}}, "identity") == "equivalent within ±0.05"
+    assert claim({"p": 0.01, "p_holm": 0.03, "mean_difference": 0.02, "ci_simultaneous": [0.001, 0.04],
+                  "equivalence": {"equivalent": True}}, "identity") == "above identity (ranked); equivalent within ±0.05"
+    assert claim({**base, "p_holm": 0.2, "ci_simultaneous": [-0.2, 0.04]}, "identity") == "inconclusive at this power"
+    assert by["potential_based"]["claim"] == "no test" and by["coma"]["claim"] == "below identity (ranked)"
+    assert all(e["claim"] == claim(e, "identity") for e in out["vs_baseline"])
+
+    # a run the guard stops before its second validation: its step-0 value is its final one, and its
+    # area is that of a flat curve carried to the planned last step, so its block stays in the areas
+    stopped = _write_run(tmp_path / "a", "coma", 7, [0.3], [0.2], steps=(0,))
+    (stopped / "config.json").write_text(json.dumps({"training": {"nonfinite_patience": 2, "total_train_steps": 6}}))
+    (stopped / "run.json").write_text(json.dumps({"name": "coma-seed7", "seed": 7, "status": "failed"}))
+    with (stopped / "metrics.jsonl").open("a") as f:
+        for step in (1, 2):
+            f.write(json.dumps({"step": step, "learner/nonfinite/loss": 1.0, "learner/nonfinite/params": 0.0}) + "\n")
+    run = sweep_runs.load_run(stopped)
+    assert divergence_stop(run) == 2
+    row = run_summary(run)
+    assert row["status"] == "diverged" and row["final_debate_accuracy"] == 0.3 and row["final_step"] == 0
+    assert row["auc_debate_accuracy"] == pytest.approx(0.3) and row["auc_accuracy"] == pytest.approx(0.2)
+
+    # "done" but without the validation at its planned last step: its step-2 value is not a final one
+    short = _write_run(tmp_path / "b", "coma", 1, [0.3, 0.5], [0.2, 0.4], steps=(0, 2))
+    (short / "config.json").write_text(json.dumps({"training": {"total_train_steps": 4}}))
+    row = run_summary(sweep_runs.load_run(short))
+    assert row["status"] == "done" and row["final_debate_accuracy"] is None and row.get("auc_debate_accuracy") is None
+    # a run directory without run.json (status unknown) counts once it has validated its last step
+    whole = _write_run(tmp_path / "b", "identity", 1, [0.3, 0.4, 0.45], [0.2, 0.3, 0.35])
+    (whole / "config.json").write_text(json.dumps({"training": {"total_train_steps": 4}}))
+    (whole / "run.json").unlink()
+    unknown = run_summary(sweep_runs.load_run(whole))
+    assert unknown["status"] == "unknown" and unknown["final_debate_accuracy"] == 0.45
+    out = compare_strategies([row, unknown], endpoint="final_debate_accuracy", arms=["identity", "coma"], seeds=[1])
+    assert out["seeds_incomplete"] == [1] and out["missing"] == [{"strategy": "coma", "seed": 1, "status": "done, no final value"}]
+
+    # seeds with runs that the plan does not hold are named in the summary and the table
+    plan = Plan(arms=tuple(table), seeds=(1, 2, 3), baseline="identity", endpoint="final_debate_accuracy")
+    summary = sweep_summary(rows, plan=plan)
+    assert summary["comparison"]["seeds_not_planned"] == [4, 5] and summary["comparison"]["seeds_complete"] == [1, 2, 3]
+    md = format_summary(summary)
+    assert "Seeds not in the plan, not analysed (extend the plan first): 4, 5." in md
+    assert "| inconclusive at this power |" in md and "| no test |" in md and "Power (exploratory)" in md
+    interim = format_summary(sweep_summary(rows, plan=dataclasses.replace(plan, seeds=(1, 2, 3, 4, 5, 6))))
+    assert "claim (the protocol's rule)" not in interim and "inconclusive" not in interim  # no claims before the end
+
+
+def test_the_comparison_plot_draws_the_planned_complete_blocks_and_survives_untestable_data(tmp_path):
+    """The comparison plot computes what summary.json holds (the plan's arms, seeds and complete
+    blocks), and an additive table (no residual: no p anywhere) is drawn, not a crash."""
+    from jaxdebate.sweep_stats import Plan
+
+    sweep = tmp_path / "sweep"
+    for strategy, shift in (("identity", 0.0), ("coma", -0.1), ("reward_mixing", 0.05)):
+        for seed, level in ((1, 0.3), (2, 0.4), (3, 0.5)):
+            _write_run(sweep, strategy, seed, [0.3, 0.3, level + shift], [0.2, 0.2, level + shift])
+    _write_run(sweep, "identity", 4, [0.3, 0.3, 0.3], [0.2, 0.2, 0.2])  # an incomplete block
+    plan = Plan(arms=("identity", "coma", "reward_mixing"), seeds=(1, 2, 3, 4), baseline="identity",
+                endpoint="final_debate_accuracy")
+    fig = sweep_plots.plot_comparison(sweep_runs.load_sweep(sweep), "final_debate_accuracy", plan=plan)
+    left, middle, _ = fig.axes
+    assert [t.get_text() for t in left.get_legend().get_texts()] == ["seed 1", "seed 2", "seed 3"]
+    assert "3 complete seed blocks" in left.get_title() and "p = -" in left.get_xlabel()
+    assert [t.get_text() for t in middle.get_yticklabels()] == ["coma\nno test", "reward_mixing\nno test"]
+    sweep_plots.write_plots(sweep, tmp_path / "plots", "final_debate_accuracy", plan)
+    assert (tmp_path / "plots" / "comparison.png").stat().st_size > 10_000
 
 
 def test_plan_files_are_checked_and_fix_the_endpoint(tmp_path):
