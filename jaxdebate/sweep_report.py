@@ -96,7 +96,7 @@ def format_comparison(comparison: dict[str, Any], claims: bool = False) -> str:
         eq_cell = "-" if not eq else f"{'yes' if eq['equivalent'] else 'no'} ({_p(eq['p'])})"
         lines.append(f"| {c['strategy']} | {len(c['seeds'])} | {diff} | {_ci(c['ci95'])} | "
                      f"{_ci(c.get('ci_simultaneous'))} | {t} | {_p(c.get('p'))} | {_p(c.get('p_holm'))} | {eq_cell} |"
-                     + (f" {c.get('claim', '-')} |" if claims else ""))
+                     + (f" {c.get('claim') or '-'} |" if claims else ""))
     if comparison.get("max_halfwidth") is not None:
         lines += ["", f"Widest paired 95% half-width against {comparison['baseline']}: "
                   f"{comparison['max_halfwidth']:.3f}."]

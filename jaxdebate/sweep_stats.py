@@ -482,8 +482,9 @@ def sweep_summary(rows: Sequence[dict[str, Any]], endpoint: str = "final_accurac
     """``summary.json``'s content: ``runs``, the per-strategy ``table`` (complete blocks) and the
     ``comparison`` on the primary ``endpoint``, and ``secondary_endpoints`` (the comparison on every
     other endpoint the runs have). A ``plan`` sets the endpoint, baseline, arms and seeds; its
-    non-secondary endpoints are listed as ``exploratory``, and ``blocks`` counts complete blocks
-    against the planned ones."""
+    non-secondary endpoints are listed as ``exploratory``, ``blocks`` counts complete blocks against
+    the planned ones, and a comparison's ``claim`` is None until they are all complete (and always on
+    an exploratory endpoint)."""
     arms = seeds = None
     if plan is not None:
         endpoint, baseline, arms, seeds = plan.endpoint, plan.baseline, plan.arms, plan.seeds
@@ -497,4 +498,10 @@ def sweep_summary(rows: Sequence[dict[str, Any]], endpoint: str = "final_accurac
         out["plan"] = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(plan).items()}
         out["exploratory"] = [name for name in secondary if name not in plan.secondary]
         out["blocks"] = {"planned": len(plan.seeds), "complete": len(comparison["seeds_complete"])}
+        # PROTOCOL: nothing is claimed before the last block, nor on an exploratory endpoint
+        interim = out["blocks"]["complete"] < out["blocks"]["planned"]
+        for name, c in [(endpoint, comparison), *secondary.items()]:
+            if interim or name in out["exploratory"]:
+                for entry in c["vs_baseline"]:
+                    entry["claim"] = None
     return out
