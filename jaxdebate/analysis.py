@@ -28,10 +28,11 @@ from jaxdebate.answer_profile import format_profiles, profiles
 from jaxdebate.errors import DataError
 from jaxdebate.metrics import METRICS_FILE
 from jaxdebate.provenance import provenance
+from jaxdebate.run_endpoints import ENDPOINTS, VAL_DEBATE, VAL_DEBATE_HELDOUT, VAL_SINGLE, run_summary
 from jaxdebate.sweep_plots import write_plots
 from jaxdebate.sweep_report import format_summary
 from jaxdebate.sweep_runs import VAL_AGENT_PREFIX, VAL_ALL, Run, load_sweep, strategies
-from jaxdebate.sweep_stats import ENDPOINTS, VAL_DEBATE, VAL_DEBATE_HELDOUT, VAL_SINGLE, Plan, run_summary, sweep_summary
+from jaxdebate.sweep_stats import Plan, sweep_summary
 
 ANSWERS_FILE = "answers.md"  # what each run answered at its last validation (jaxdebate.answer_profile)
 PLAN_FILE = "plan.json"  # a results directory's pre-registered design (sweep_stats.Plan)
@@ -116,21 +117,31 @@ def results_plan(out_dir: str | Path, endpoint: str | None) -> tuple[Plan | None
     return plan, endpoint
 
 
-def export_results(sweep_dir: str | Path, out_dir: str | Path, endpoint: str | None = None) -> Path:
+def in_order(runs: Sequence[Run]) -> list[Run]:
+    """``runs`` by strategy (registry order, as :func:`jaxdebate.sweep_runs.strategies`), then seed."""
+    rank = {name: i for i, name in enumerate(strategies(runs))}
+    return sorted(runs, key=lambda r: (rank[r.strategy], r.seed if r.seed is not None else -1))
+
+
+def summarise(runs: Sequence[Run], endpoint: str = "final_accuracy", plan: Plan | None = None) -> dict[str, Any]:
+    """``summary.json``'s content for ``runs`` (:func:`jaxdebate.sweep_stats.sweep_summary` over their
+    rows, in :func:`in_order`): what the table, the report and the comparison plot all show."""
+    return sweep_summary([run_summary(r) for r in in_order(runs)], endpoint, plan=plan)
+
+
+def export_results(sweep_dir: str | Path, out_dir: str | Path, endpoint: str | None = None) -> dict[str, Any]:
     """Write a sweep's small artefacts (no checkpoints) to ``out_dir``: ``summary.json`` (``runs``,
     the per-strategy ``table``, the seed-level ``comparison`` on the primary endpoint and the
     ``secondary_endpoints``, the commit of the analysis), ``table.md``, ``answers.md``, every run's ``metrics.jsonl``,
     config and its first and last per-item validation files, and the PNG plots. A ``plan.json`` in
-    ``out_dir`` fixes the design and the endpoint (:func:`results_plan`)."""
+    ``out_dir`` fixes the design and the endpoint (:func:`results_plan`). Returns the summary."""
     import shutil
 
     plan, endpoint = results_plan(out_dir, endpoint)
-    runs = load_sweep(sweep_dir)
-    rank = {name: i for i, name in enumerate(strategies(runs))}
-    runs = sorted(runs, key=lambda r: (rank[r.strategy], r.seed if r.seed is not None else -1))
+    runs = in_order(load_sweep(sweep_dir))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summary = sweep_summary([run_summary(r) for r in runs], endpoint, plan=plan)
+    summary = summarise(runs, endpoint, plan)
     summary["analysed_by"] = {k: v for k, v in provenance().items() if k in ("commit", "dirty")}
     (out / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2, allow_nan=False) + "\n")
     (out / "table.md").write_text(format_summary(summary))
@@ -149,8 +160,8 @@ def export_results(sweep_dir: str | Path, out_dir: str | Path, endpoint: str | N
         for _, path in item_files[:1] + item_files[1:][-1:]:
             (dest / validation_files.DIR).mkdir(exist_ok=True)
             shutil.copyfile(path, dest / validation_files.DIR / path.name)
-    write_plots(sweep_dir, out / "plots", endpoint, plan)
-    return out
+    write_plots(runs, out / "plots", summary)
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,12 +184,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"analysis: {e}", file=sys.stderr)
         return 2
     print(format_accuracy_table(final_accuracy_table(runs)))
-    for path in write_plots(args.sweep_dir, args.out, endpoint, plan):
-        print(f"wrote {path}")
+    plots = Path(args.out) if args.out else Path(args.sweep_dir) / "plots"
     if args.results:
-        out = export_results(args.sweep_dir, args.results, endpoint)
-        print((out / "table.md").read_text())
-        print(f"wrote {out}")
+        summary = export_results(args.sweep_dir, args.results, endpoint)
+        print(format_summary(summary))
+        print(f"wrote {args.results}")
+        if plots.resolve() == (Path(args.results) / "plots").resolve():
+            return 0  # export_results has just drawn them there
+    else:
+        summary = summarise(runs, endpoint, plan)
+    for path in write_plots(runs, plots, summary):
+        print(f"wrote {path}")
     return 0
 
 

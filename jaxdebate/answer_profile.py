@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jaxdebate import validation_files
-from jaxdebate.sweep_stats import VAL_DEBATE_HELDOUT, metric_number
+from jaxdebate.run_endpoints import VAL_DEBATE_HELDOUT, metric_number
 
 TRAIN_TEAM = "train/accuracy/team"
 COMPLETION_TOKENS = "train/completion_tokens_mean"

@@ -24,7 +24,7 @@ from typing import Any
 from jaxdebate.errors import DataError, JaxDebateError
 from jaxdebate.metrics import METRICS_FILE, read_metrics
 from jaxdebate.stats import blocks_for_halfwidth
-from jaxdebate.sweep_stats import ENDPOINTS
+from jaxdebate.run_endpoints import ENDPOINTS
 
 
 def _sd(values: Sequence[float]) -> float | None:

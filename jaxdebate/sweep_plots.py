@@ -5,23 +5,16 @@ seed-level comparison on an endpoint; :func:`write_plots` writes them all as PNG
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from jaxdebate.sweep_runs import VAL_AGENT_PREFIX, Run, aggregate, load_sweep, strategies
-from jaxdebate.sweep_stats import (
-    EQUIVALENCE_MARGIN,
-    VAL_DEBATE,
-    VAL_DEBATE_HELDOUT,
-    VAL_SINGLE,
-    Plan,
-    compare_strategies,
-    run_summary,
-    strategy_table,
-)
+from jaxdebate.run_endpoints import VAL_DEBATE, VAL_DEBATE_HELDOUT, VAL_SINGLE
+from jaxdebate.sweep_report import format_p
+from jaxdebate.sweep_runs import VAL_AGENT_PREFIX, Run, aggregate
+from jaxdebate.sweep_stats import EQUIVALENCE_MARGIN
 
 # Metric names written by the trainer (jaxdebate.train) that the plots draw.
 REWARD_RAW = "train/reward/raw/mean"
@@ -120,10 +113,6 @@ def plot_training_signal(runs: Sequence[Run]):
     return _two_panels(runs, (ZERO_ADVANTAGE, "zero-advantage fraction"), (KL, "KL to reference (k3)"))
 
 
-def _p_text(p: float | None) -> str:
-    return "-" if p is None else f"{p:.2g}"
-
-
 def _interval_panel(ax, entries: Sequence[dict[str, Any]], value: str, title: str, zero_label: str,
                     colors: dict[str, str], margin: float | None = None):
     """Horizontal mean per entry (first on top) with its paired 95% interval (thick) and, where the
@@ -136,7 +125,7 @@ def _interval_panel(ax, entries: Sequence[dict[str, Any]], value: str, title: st
     labels = []
     for y, e in enumerate(entries):
         mean, color = e[value], colors.get(e["strategy"], "k")
-        test = "no test" if e.get("p") is None else f"p {_p_text(e['p'])}, Holm {_p_text(e.get('p_holm'))}"
+        test = "no test" if e.get("p") is None else f"p {format_p(e['p'])}, Holm {format_p(e.get('p_holm'))}"
         labels.append(f"{e['strategy']}\n{test}")
         if mean is None:
             continue
@@ -156,21 +145,17 @@ def _interval_panel(ax, entries: Sequence[dict[str, Any]], value: str, title: st
         ax.legend(fontsize=7, loc="lower right")
 
 
-def plot_comparison(runs: Sequence[Run], endpoint: str = "final_accuracy", baseline: str = "identity",
-                    plan: Plan | None = None):
-    """The seed-level comparison on ``endpoint``, as :func:`jaxdebate.sweep_stats.compare_strategies`
-    computes it (against the ``plan``'s arms and seeds when given): each complete block's values (a
-    grey line per seed) with each strategy's mean and 95% interval; each strategy minus ``baseline``
-    on the same seed (paired 95% and simultaneous intervals, p and Holm's p, the equivalence margin);
-    and each strategy's gain over step 0."""
+def plot_comparison(summary: Mapping[str, Any]):
+    """The seed-level comparison that ``summary`` holds (:func:`jaxdebate.sweep_stats.sweep_summary`,
+    the content of ``summary.json``: its endpoint, runs, table and comparison, against its plan's arms
+    when it has one): each complete block's values (a grey line per seed) with each strategy's mean and
+    95% interval; each strategy minus the baseline on the same seed (paired 95% and simultaneous
+    intervals, p and Holm's p, the equivalence margin); and each strategy's gain over step 0."""
     plt = _pyplot()
-    names = list(plan.arms) if plan is not None else strategies(runs)
-    if plan is not None:
-        baseline = plan.baseline
+    endpoint, rows, comparison = summary["endpoint"], summary["runs"], summary["comparison"]
+    baseline = comparison["baseline"]
+    names = list(summary["plan"]["arms"]) if "plan" in summary else list(dict.fromkeys(r["strategy"] for r in rows))
     colors = {n: f"C{i}" for i, n in enumerate(names)}  # as in the curves
-    rows = [run_summary(r) for r in runs]
-    comparison = compare_strategies(rows, baseline, endpoint, arms=names,
-                                    seeds=plan.seeds if plan is not None else None)
     complete = comparison["seeds_complete"]
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), gridspec_kw={"width_ratios": [1.2, 1, 1]})
     values = {(r["strategy"], r["seed"]): r[endpoint] for r in rows
@@ -180,7 +165,7 @@ def plot_comparison(runs: Sequence[Run], endpoint: str = "final_accuracy", basel
         ys = [values[(n, seed)] for n in names]
         axes[0].plot(range(len(names)), ys, "-", color=f"C{j}" if few else "0.6", alpha=0.8 if few else 0.25,
                      lw=1.0, label=f"seed {seed}" if few else None)
-    for t in strategy_table(rows, endpoint, complete):
+    for t in summary["table"]:  # over the complete blocks
         if t["final_accuracy"] is None or t["strategy"] not in names:
             continue
         x = names.index(t["strategy"])
@@ -196,7 +181,7 @@ def plot_comparison(runs: Sequence[Run], endpoint: str = "final_accuracy", basel
     b = comparison["blocked"]
     if b:
         axes[0].set_xlabel(f"blocked ANOVA: strategy F({b['strategy_df']}, {b['residual_df']}) = "
-                           f"{b['strategy_F']:.2f}, p = {_p_text(b['strategy_p'])}; seed p = {_p_text(b['seed_p'])}",
+                           f"{b['strategy_F']:.2f}, p = {format_p(b['strategy_p'])}; seed p = {format_p(b['seed_p'])}",
                            fontsize=8)
     _interval_panel(axes[1], comparison["vs_baseline"], "mean_difference",
                     f"strategy − {baseline}, same seed: paired 95% CI (thick), simultaneous (thin)",
@@ -219,17 +204,15 @@ PLOTS = {
 }
 
 
-def write_plots(sweep_dir: str | Path, out_dir: str | Path | None = None,
-                endpoint: str = "final_accuracy", plan: Plan | None = None) -> list[Path]:
-    """Write every comparison plot of a sweep as PNG files (default ``<sweep_dir>/plots``); a ``plan``
-    fixes the comparison's arms, seeds and baseline."""
+def write_plots(runs: Sequence[Run], out_dir: str | Path, summary: Mapping[str, Any]) -> list[Path]:
+    """Write every plot of a sweep's ``runs`` as PNG files in ``out_dir``: the curves, and the
+    comparison that their ``summary`` (:func:`jaxdebate.analysis.summarise`) holds."""
     plt = _pyplot()
-    runs = load_sweep(sweep_dir)
-    out = Path(out_dir) if out_dir else Path(sweep_dir) / "plots"
+    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, fn in PLOTS.items():
-        fig = plot_comparison(runs, endpoint, plan=plan) if fn is plot_comparison else fn(runs)
+        fig = plot_comparison(summary) if fn is plot_comparison else fn(runs)
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
         paths.append(out / name)

@@ -10,7 +10,8 @@ from typing import Any
 from jaxdebate.sweep_stats import EQUIVALENCE_MARGIN
 
 
-def _p(p: float | None) -> str:
+def format_p(p: float | None) -> str:
+    """A p-value as the tables and figures print it ("-" where there was no test)."""
     if p is None:
         return "-"
     return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
@@ -76,15 +77,15 @@ def format_comparison(comparison: dict[str, Any], claims: bool = False) -> str:
                   f"{seed_list(b['seeds_used'])}"
                   + (f"; blocks left out, incomplete or not run: {seed_list(dropped)}" if dropped else "")
                   + f"): strategy F({b['strategy_df']}, {b['residual_df']}) = {b['strategy_F']:.2f}, "
-                  f"p = {_p(b['strategy_p'])}; seed F({b['seed_df']}, {b['residual_df']}) = {b['seed_F']:.2f}, "
-                  f"p = {_p(b['seed_p'])}. Share of the sum of squares: strategy {share.get('strategy', 0):.0%}, "
+                  f"p = {format_p(b['strategy_p'])}; seed F({b['seed_df']}, {b['residual_df']}) = {b['seed_F']:.2f}, "
+                  f"p = {format_p(b['seed_p'])}. Share of the sum of squares: strategy {share.get('strategy', 0):.0%}, "
                   f"seed {share.get('seed', 0):.0%}, residual {share.get('residual', 0):.0%}.", ""]
     elif not any(c.get("p") is not None for c in comparison["vs_baseline"] + comparison.get("learning", [])):
         lines += ["Fewer than two seeds per strategy: no seed-level test (the per-run Wilson intervals and "
                   "two-proportion tests in summary.json count items, not seeds).", ""]
     lines += format_design(comparison)
     lines += ["Exploratory, ignoring seeds (permutation one-way ANOVA): "
-              + ("n/a" if p is None else f"F = {comparison['anova_f']:.2f}, p = {_p(p)}")]
+              + ("n/a" if p is None else f"F = {comparison['anova_f']:.2f}, p = {format_p(p)}")]
     if comparison["vs_baseline"]:
         lines += ["", f"| strategy − {comparison['baseline']} (same seed) | seeds | mean difference | paired 95% CI "
                   f"| simultaneous CI (Bonferroni) | t (df) | p | Holm p | within ±{EQUIVALENCE_MARGIN:.2f} (TOST p) |"
@@ -93,9 +94,9 @@ def format_comparison(comparison: dict[str, Any], claims: bool = False) -> str:
         diff = "-" if c["mean_difference"] is None else f"{c['mean_difference']:+.3f}"
         t = "-" if c.get("t") is None else f"{c['t']:.2f} ({c['df']})"
         eq = c.get("equivalence")
-        eq_cell = "-" if not eq else f"{'yes' if eq['equivalent'] else 'no'} ({_p(eq['p'])})"
+        eq_cell = "-" if not eq else f"{'yes' if eq['equivalent'] else 'no'} ({format_p(eq['p'])})"
         lines.append(f"| {c['strategy']} | {len(c['seeds'])} | {diff} | {_ci(c['ci95'])} | "
-                     f"{_ci(c.get('ci_simultaneous'))} | {t} | {_p(c.get('p'))} | {_p(c.get('p_holm'))} | {eq_cell} |"
+                     f"{_ci(c.get('ci_simultaneous'))} | {t} | {format_p(c.get('p'))} | {format_p(c.get('p_holm'))} | {eq_cell} |"
                      + (f" {c.get('claim') or '-'} |" if claims else ""))
     if comparison.get("max_halfwidth") is not None:
         lines += ["", f"Widest paired 95% half-width against {comparison['baseline']}: "
@@ -107,7 +108,7 @@ def format_comparison(comparison: dict[str, Any], claims: bool = False) -> str:
             t = "-" if g.get("t") is None else f"{g['t']:.2f} ({g['df']})"
             lines.append(f"| {g['strategy']} | {len(g['seeds'])} | {_num(g['initial'])} | "
                          f"{_num(g['final'])} | {_num(g['mean_gain'], '{:+.3f}')} | {_ci(g['ci95'])} | "
-                         f"{t} | {_p(g['p'])} | {_p(g['p_holm'])} |")
+                         f"{t} | {format_p(g['p'])} | {format_p(g['p_holm'])} |")
     power = comparison.get("power")
     if power:
         needed = ", ".join(f"{v if v is not None else '> 100000'} seeds for a {float(k) * 100:.0f}-point difference"
@@ -120,7 +121,7 @@ def format_comparison(comparison: dict[str, Any], claims: bool = False) -> str:
         diffs = ", ".join(f"{c['strategy']} {c['mean_difference']:+.3f}" for c in sub["vs_baseline"]
                           if c["mean_difference"] is not None)
         lines += ["", f"Sensitivity, blocks on CPU kind `{kind}` only (reported, not claimed): "
-                  + (f"strategy p = {_p(sb['strategy_p'])} over seeds {seed_list(sb['seeds_used'])}; "
+                  + (f"strategy p = {format_p(sb['strategy_p'])} over seeds {seed_list(sb['seeds_used'])}; "
                      if sb else "") + f"differences to {comparison['baseline']}: {diffs or '-'}."]
     if comparison.get("sensitivity_excluded_seeds"):
         lines += ["", f"Blocks of mixed or unrecorded CPU kind, in no kind's sensitivity comparison: seeds "

@@ -16,9 +16,9 @@ import numpy as np
 from jaxdebate.metrics import METRICS_FILE, read_metrics
 from jaxdebate.shaping import config_names
 from jaxdebate.stats import t_quantile
-from jaxdebate.sweep_stats import VAL_DEBATE, VAL_DEBATE_HELDOUT, metric_number
+from jaxdebate.run_endpoints import VAL_DEBATE, VAL_DEBATE_HELDOUT, metric_number
 
-# Metric names written by the trainer (jaxdebate.train) beyond the endpoints sweep_stats reads.
+# Metric names written by the trainer (jaxdebate.train) beyond the endpoints run_endpoints reads.
 VAL_ALL = "val/accuracy"
 VAL_AGENT_PREFIX = "val/accuracy/agent_"
 

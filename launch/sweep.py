@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jaxdebate.errors import ConfigError  # noqa: E402
 from jaxdebate.analysis import export_results  # noqa: E402
-from jaxdebate.sweep_stats import ENDPOINTS  # noqa: E402
+from jaxdebate.run_endpoints import ENDPOINTS  # noqa: E402
 from jaxdebate.sweep import (  # noqa: E402
     EXECUTORS, KEEP_CHECKPOINTS, choose_executor, format_summary, parse_deadline, run_statuses, run_sweep,
 )

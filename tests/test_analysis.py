@@ -15,9 +15,10 @@ import pytest
 
 from jaxdebate import analysis, sweep_plots, sweep_runs
 from jaxdebate.errors import DataError
-from jaxdebate.stats import blocked_anova, holm, mcnemar_test, one_sample_t, paired_t, seeds_needed, t_interval
+from jaxdebate.run_endpoints import curve_area, divergence_stop, endpoint_values, run_summary
 from jaxdebate.run_items import run_item_test, run_item_tests
-from jaxdebate.sweep_stats import compare_strategies, curve_area, endpoint_values, run_summary
+from jaxdebate.stats import blocked_anova, holm, mcnemar_test, one_sample_t, paired_t, seeds_needed, t_interval
+from jaxdebate.sweep_stats import compare_strategies
 
 REPO = Path(__file__).resolve().parent.parent
 STRATEGIES = ["identity", "difference_rewards", "potential_based", "coma", "reward_mixing"]
@@ -234,7 +235,7 @@ def test_the_protocol_holds_in_cases_the_sweep_has_not_met(tmp_path):
     says; seeds outside the plan are named, not silently dropped. And the claim rule, applied."""
     from jaxdebate.stats import holm_entries
     from jaxdebate.sweep_report import format_summary
-    from jaxdebate.sweep_stats import Plan, claim, divergence_stop, sweep_summary
+    from jaxdebate.sweep_stats import Plan, claim, sweep_summary
 
     # Holm: an untestable comparison (equal differences: no variance estimate) stays in the family at p = 1
     table = {"identity": [0.40, 0.35, 0.50, 0.42, 0.30], "coma": [0.30, 0.28, 0.38, 0.30, 0.21],
@@ -307,7 +308,7 @@ def test_the_protocol_holds_in_cases_the_sweep_has_not_met(tmp_path):
 
 
 def test_the_comparison_plot_draws_the_planned_complete_blocks_and_survives_untestable_data(tmp_path):
-    """The comparison plot computes what summary.json holds (the plan's arms, seeds and complete
+    """The comparison plot draws what summary.json holds (the plan's arms, seeds and complete
     blocks), and an additive table (no residual: no p anywhere) is drawn, not a crash."""
     from jaxdebate.sweep_stats import Plan
 
@@ -318,12 +319,14 @@ def test_the_comparison_plot_draws_the_planned_complete_blocks_and_survives_unte
     _write_run(sweep, "identity", 4, [0.3, 0.3, 0.3], [0.2, 0.2, 0.2])  # an incomplete block
     plan = Plan(arms=("identity", "coma", "reward_mixing"), seeds=(1, 2, 3, 4), baseline="identity",
                 endpoint="final_debate_accuracy")
-    fig = sweep_plots.plot_comparison(sweep_runs.load_sweep(sweep), "final_debate_accuracy", plan=plan)
+    runs = sweep_runs.load_sweep(sweep)
+    summary = analysis.summarise(runs, "final_debate_accuracy", plan)
+    fig = sweep_plots.plot_comparison(summary)
     left, middle, _ = fig.axes
     assert [t.get_text() for t in left.get_legend().get_texts()] == ["seed 1", "seed 2", "seed 3"]
     assert "3 complete seed blocks" in left.get_title() and "p = -" in left.get_xlabel()
     assert [t.get_text() for t in middle.get_yticklabels()] == ["coma\nno test", "reward_mixing\nno test"]
-    sweep_plots.write_plots(sweep, tmp_path / "plots", "final_debate_accuracy", plan)
+    sweep_plots.write_plots(runs, tmp_path / "plots", summary)
     assert (tmp_path / "plots" / "comparison.png").stat().st_size > 10_000
 
 
@@ -351,7 +354,6 @@ def test_a_run_stopped_by_the_divergence_guard_counts_with_its_last_validation(t
     """PROTOCOL amendment 2026-11-28: a run the guard stopped (nonfinite_patience non-finite updates in a
     row, none applied) is not missing: its last validation is its final value. A run that failed
     otherwise stays missing."""
-    from jaxdebate.sweep_stats import divergence_stop, run_summary
 
     def run(name, nonfinite, status="failed"):
         workdir = _write_run(tmp_path, "coma", 7, [0.3, 0.25], [0.2, 0.15], steps=(0, 2))
@@ -387,7 +389,7 @@ def test_run_rows_and_the_strategy_table_hold_the_values_they_name(tmp_path):
     from scipy import stats as sps
 
     from jaxdebate.stats import two_proportion_test, wilson_interval
-    from jaxdebate.sweep_stats import run_summary, strategy_table
+    from jaxdebate.sweep_stats import strategy_table
 
     finals = [0.5, 0.7, 0.4]
     rows = []

@@ -24,7 +24,7 @@ LAYERS = (
     ("debate",),
     ("rl",),
     ("config",),
-    ("checkpoint", "train", "eval", "launch", "transcripts", "analysis", "sweep_runs", "sweep_plots", "sweep_stats", "sweep_report", "run_items", "answer_profile",
+    ("checkpoint", "train", "eval", "launch", "transcripts", "analysis", "sweep_runs", "sweep_plots", "sweep_stats", "sweep_report", "run_endpoints", "run_items", "answer_profile",
      "sweep_plan", "sweep", "pilot", "provenance",
      "coherence", "jaxdebate"),
 )

@@ -184,7 +184,7 @@ def test_summary_table_and_plots(sweep):
     assert all(r["accuracy/debate/n"] == 1 for r in table)
     curves = sweep_runs.aggregate(runs, sweep_plots.REWARD_SHAPED)
     assert set(curves) == set(STRATEGIES) and all(list(c["steps"]) == [1, 2] for c in curves.values())
-    paths = sweep_plots.write_plots(sweep_dir, sweep_dir / "plots")
+    paths = sweep_plots.write_plots(runs, sweep_dir / "plots", analysis.summarise(runs))
     assert [p.name for p in paths] == ["rewards.png", "validation_accuracy.png", "training_signal.png", "comparison.png"]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
