@@ -135,10 +135,15 @@ def export_results(sweep_dir: str | Path, out_dir: str | Path, endpoint: str | N
     ``secondary_endpoints``, the commit of the analysis), ``table.md``, ``answers.md``, every run's ``metrics.jsonl``,
     config and its first and last per-item validation files, and the PNG plots. A ``plan.json`` in
     ``out_dir`` fixes the design and the endpoint (:func:`results_plan`). Returns the summary."""
+    plan, endpoint = results_plan(out_dir, endpoint)
+    return write_results(load_sweep(sweep_dir), out_dir, endpoint, plan)
+
+
+def write_results(runs: Sequence[Run], out_dir: str | Path, endpoint: str, plan: Plan | None) -> dict[str, Any]:
+    """:func:`export_results` for runs already loaded (the CLI has them for its accuracy table)."""
     import shutil
 
-    plan, endpoint = results_plan(out_dir, endpoint)
-    runs = in_order(load_sweep(sweep_dir))
+    runs = in_order(runs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary = summarise(runs, endpoint, plan)
@@ -186,11 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     print(format_accuracy_table(final_accuracy_table(runs)))
     plots = Path(args.out) if args.out else Path(args.sweep_dir) / "plots"
     if args.results:
-        summary = export_results(args.sweep_dir, args.results, endpoint)
+        summary = write_results(runs, args.results, endpoint, plan)
         print(format_summary(summary))
         print(f"wrote {args.results}")
         if plots.resolve() == (Path(args.results) / "plots").resolve():
-            return 0  # export_results has just drawn them there
+            return 0  # write_results has just drawn them there
     else:
         summary = summarise(runs, endpoint, plan)
     for path in write_plots(runs, plots, summary):
