@@ -5,6 +5,7 @@ bookkeeping for whoever continues the sweep; no test and no claim rests on it (P
 figures are descriptive only).
 
     .venv/bin/python scripts/arithmetic_v2_progress.py --seed 1030   # the row of block 31, then the counts
+    .venv/bin/python scripts/arithmetic_v2_progress.py --table       # every complete block's row
     .venv/bin/python scripts/arithmetic_v2_progress.py               # the counts only
 """
 
@@ -43,8 +44,13 @@ def cpu_kind(flags: str) -> str:
     return KNOWN_KINDS.get(flags, f"new kind: {flags}")
 
 
-def block_row(seed: int, runs: list[Run]) -> str:
-    """The table row of one finished block; SystemExit naming the run that is not done."""
+TABLE_HEAD = ("| block (seed) | machine | block (min) | run wall (s) | " + " | ".join(ARMS) + " |\n"
+              + "|---" * (4 + len(ARMS)) + "|")
+
+
+def block_row(seed: int, runs: list[Run], verbose: bool = True) -> str:
+    """The table row of one finished block (its minutes: first run's start to last run's end);
+    SystemExit naming the run that is not done."""
     by_name = {run.name: run for run in runs}
     cells, walls, kinds, starts, ends = [], [], set(), [], []
     for arm in ARMS:
@@ -62,10 +68,20 @@ def block_row(seed: int, runs: list[Run]) -> str:
         kinds.add(cpu_kind(info["cpu_flags"]))
         starts.append(info["started_at"])
         ends.append(info["finished_at"])
-        print(f"{arm}: commit {info['commit'][:7]}, {cpu_kind(info['cpu_flags'])}, {info['wall_time_s']:,.0f} s")
-    print(f"block minutes (first start to last finish): {(max(ends) - min(starts)) / 60:.0f}")
-    return (f"| {seed - FIRST_SEED + 1} ({seed}) | {'/'.join(sorted(kinds))} | {min(walls):,.0f}–{max(walls):,.0f} | "
-            + " | ".join(cells) + " |")
+        if verbose:
+            print(f"{arm}: commit {info['commit'][:7]}, {cpu_kind(info['cpu_flags'])}, {info['wall_time_s']:,.0f} s")
+    minutes = (max(ends) - min(starts)) / 60
+    return (f"| {seed - FIRST_SEED + 1} ({seed}) | {'/'.join(sorted(kinds))} | {minutes:.0f} | "
+            f"{min(walls):,.0f}–{max(walls):,.0f} | " + " | ".join(cells) + " |")
+
+
+def complete_seeds(runs: list[Run]) -> list[int]:
+    """The seeds whose five runs are all done, in order."""
+    done: dict[int, set[str]] = {}
+    for run in runs:
+        if run.seed is not None and run.state.get("status") == "done":
+            done.setdefault(run.seed, set()).add(run.strategy)
+    return sorted(seed for seed, arms in done.items() if arms == set(ARMS))
 
 
 def fingerprints(runs: list[Run]) -> str:
@@ -114,8 +130,13 @@ def collapse_counts(runs: list[Run]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, help="print the README table row of this finished block first")
+    parser.add_argument("--table", action="store_true", help="print the README table of every complete block first")
     args = parser.parse_args()
     runs = load_sweep(RESULTS / "runs")  # each run.json and metrics.jsonl read once, for all three
+    if args.table:
+        print(TABLE_HEAD)
+        for seed in complete_seeds(runs):
+            print(block_row(seed, runs, verbose=False))
     if args.seed is not None:
         print(block_row(args.seed, runs))
     print(fingerprints(runs))
