@@ -1,5 +1,5 @@
 """The README's arithmetic-v2 "Progress" figures from the committed runs: a finished block's table row,
-its minutes from first start to last finish, the first-step sample fingerprints of every block, and
+its minutes from first start to last finish (less a resumed run's pause), the first-step sample fingerprints of every block, and
 the collapse counts the README quotes (what the runs answered, as in answers.md). Descriptive
 bookkeeping for whoever continues the sweep; no test and no claim rests on it (PROTOCOL.md: interim
 figures are descriptive only).
@@ -48,11 +48,23 @@ TABLE_HEAD = ("| block (seed) | machine | block (min) | run wall (s) | " + " | "
               + "|---" * (4 + len(ARMS)) + "|")
 
 
+def pauses(run: Run) -> list[float]:
+    """The seconds a resumed run stood still: from its last metrics row before each later attempt's
+    start (work after that row was lost with the stopped process) to that start."""
+    gaps = []
+    for attempt in run.state.get("history", [])[1:]:
+        before = [r["time"] for r in run.records if r.get("time", float("inf")) < attempt["started_at"]]
+        if before:
+            gaps.append(attempt["started_at"] - max(before))
+    return gaps
+
+
 def block_row(seed: int, runs: list[Run], verbose: bool = True) -> str:
-    """The table row of one finished block (its minutes: first run's start to last run's end);
-    SystemExit naming the run that is not done."""
+    """The table row of one finished block: its minutes from the first run's start to the last run's
+    end, less the pauses of a run resumed in a later session (marked), and each run's wall time on the
+    same terms; SystemExit naming the run that is not done."""
     by_name = {run.name: run for run in runs}
-    cells, walls, kinds, starts, ends = [], [], set(), [], []
+    cells, walls, kinds, starts, ends, paused = [], [], set(), [], [], []
     for arm in ARMS:
         name = f"{arm}-seed{seed}"
         run = by_name.get(name)
@@ -64,14 +76,22 @@ def block_row(seed: int, runs: list[Run], verbose: bool = True) -> str:
             sys.exit(f"{run.workdir}: no debate validation at step {FINAL_STEP}")
         accuracy = validations[-1]["val/debate/accuracy/debate"]
         cells.append(f"**{accuracy:.3f}**" if accuracy < LOW else f"{accuracy:.3f}")
-        walls.append(info["wall_time_s"])
+        history = info.get("history") or [info]
+        gaps = pauses(run)
+        paused += gaps
+        # run.json's wall_time_s is the last attempt's; a resumed run's is its whole span less its pauses
+        wall = info["finished_at"] - history[0]["started_at"] - sum(gaps) if gaps else info["wall_time_s"]
+        walls.append(wall)
         kinds.add(cpu_kind(info["cpu_flags"]))
-        starts.append(info["started_at"])
+        starts.append(history[0]["started_at"])
         ends.append(info["finished_at"])
         if verbose:
-            print(f"{arm}: commit {info['commit'][:7]}, {cpu_kind(info['cpu_flags'])}, {info['wall_time_s']:,.0f} s")
-    minutes = (max(ends) - min(starts)) / 60
-    return (f"| {seed - FIRST_SEED + 1} ({seed}) | {'/'.join(sorted(kinds))} | {minutes:.0f} | "
+            resumed = (f" over {len(history)} attempts ({sum(gaps) / 60:,.0f} min of pause left out)"
+                       if gaps else "")
+            print(f"{arm}: commit {info['commit'][:7]}, {cpu_kind(info['cpu_flags'])}, {wall:,.0f} s{resumed}")
+    minutes = (max(ends) - min(starts) - sum(paused)) / 60
+    mark = " (resumed)" if paused else ""
+    return (f"| {seed - FIRST_SEED + 1} ({seed}) | {'/'.join(sorted(kinds))} | {minutes:.0f}{mark} | "
             f"{min(walls):,.0f}–{max(walls):,.0f} | " + " | ".join(cells) + " |")
 
 
