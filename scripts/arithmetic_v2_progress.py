@@ -1,8 +1,8 @@
-"""The README's arithmetic-v2 "Progress" figures from the committed runs: a finished block's table row,
-its minutes from first start to last finish (less a resumed run's pause), the first-step sample
-fingerprints of every block, and the collapse counts the README quotes (what the runs answered, as in answers.md). Descriptive
-bookkeeping for whoever continues the sweep; no test and no claim rests on it (PROTOCOL.md: interim
-figures are descriptive only).
+"""The README's arithmetic-v2 "Progress" figures from the committed runs: a finished block's table row, its
+minutes from first start to last finish (less a resumed run's pause), the first-step sample fingerprints
+of every block, and the collapse counts the README quotes (what the runs answered, as in answers.md).
+Descriptive bookkeeping for whoever continues the sweep; no test and no claim rests on it (PROTOCOL.md:
+interim figures are descriptive only).
 
     .venv/bin/python scripts/arithmetic_v2_progress.py --seed 1030   # the row of block 31, then the counts
     .venv/bin/python scripts/arithmetic_v2_progress.py --table       # every complete block's row
