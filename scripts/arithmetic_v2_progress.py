@@ -1,5 +1,5 @@
 """The README's arithmetic-v2 "Progress" figures from the committed runs: a finished block's table row, its
-minutes from first start to last finish (less a resumed run's pause), the first-step sample fingerprints
+minutes from first start to last finish (less a resumed run's pause and an interruption between runs), the first-step sample fingerprints
 of every block, and the collapse counts the README quotes (what the runs answered, as in answers.md).
 Descriptive bookkeeping for whoever continues the sweep; no test and no claim rests on it (PROTOCOL.md:
 interim figures are descriptive only).
@@ -25,6 +25,9 @@ FIRST_SEED = 1000  # block 1 (PROTOCOL.md)
 FINAL_STEP = 12
 LOW = 0.10  # the README bolds and counts final debate accuracies below this
 REPEATS = 30  # a run "repeats one number" when its commonest answer covers at least this many debates
+# The session script starts a block's next run within seconds of the last one's end; a longer wait means
+# the block was interrupted (its session ended) and finished in a later one.
+IDLE_S = 600
 
 
 # The recorded flag sets (run.json ``cpu_flags``) of the machine kinds the sweep has met, by the README's
@@ -59,10 +62,21 @@ def pauses(run: Run) -> list[float]:
     return gaps
 
 
+def idle_gaps(spans: list[tuple[float, float]]) -> list[float]:
+    """The waits longer than IDLE_S during which none of a block's runs (start, end) was in progress."""
+    gaps, reached = [], None
+    for start, end in sorted(spans):
+        if reached is not None and start - reached > IDLE_S:
+            gaps.append(start - reached)
+        reached = end if reached is None else max(reached, end)
+    return gaps
+
+
 def block_row(seed: int, runs: list[Run], verbose: bool = True) -> str:
     """The table row of one finished block: its minutes from the first run's start to the last run's
-    end, less the pauses of a run resumed in a later session (marked), and each run's wall time on the
-    same terms; SystemExit naming the run that is not done."""
+    end, less the pauses of a run resumed in a later session and the waits between runs when the block
+    was interrupted (each marked), and each run's wall time on the same terms; SystemExit naming the
+    run that is not done."""
     by_name = {run.name: run for run in runs}
     cells, walls, kinds, starts, ends, paused = [], [], set(), [], [], []
     for arm in ARMS:
@@ -89,8 +103,11 @@ def block_row(seed: int, runs: list[Run], verbose: bool = True) -> str:
             resumed = (f" over {len(history)} attempts ({sum(gaps) / 60:,.0f} min of pause left out)"
                        if gaps else "")
             print(f"{arm}: commit {info['commit'][:7]}, {cpu_kind(info['cpu_flags'])}, {wall:,.0f} s{resumed}")
-    minutes = (max(ends) - min(starts) - sum(paused)) / 60
-    mark = " (resumed)" if paused else ""
+    idle = idle_gaps(list(zip(starts, ends)))
+    if verbose and idle:
+        print(f"interrupted: {sum(idle) / 60:,.0f} min between runs left out")
+    minutes = (max(ends) - min(starts) - sum(paused) - sum(idle)) / 60
+    mark = " (resumed)" if paused else " (interrupted)" if idle else ""
     return (f"| {seed - FIRST_SEED + 1} ({seed}) | {'/'.join(sorted(kinds))} | {minutes:.0f}{mark} | "
             f"{min(walls):,.0f}–{max(walls):,.0f} | " + " | ".join(cells) + " |")
 
