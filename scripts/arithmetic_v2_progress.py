@@ -1,6 +1,7 @@
 """The README's arithmetic-v2 "Progress" figures from the committed runs: a finished block's table row, its
-minutes from first start to last finish (less a resumed run's pause and an interruption between runs), the first-step sample fingerprints
-of every block, and the collapse counts the README quotes (what the runs answered, as in answers.md).
+minutes from first start to last finish (less a resumed run's pause and an interruption between runs), the
+first-step sample fingerprints of every block, and the collapse counts the README quotes (what the runs
+answered, as in answers.md).
 Descriptive bookkeeping for whoever continues the sweep; no test and no claim rests on it (PROTOCOL.md:
 interim figures are descriptive only).
 
@@ -107,7 +108,7 @@ def block_row(seed: int, runs: list[Run], verbose: bool = True) -> str:
     if verbose and idle:
         print(f"interrupted: {sum(idle) / 60:,.0f} min between runs left out")
     minutes = (max(ends) - min(starts) - sum(paused) - sum(idle)) / 60
-    mark = " (resumed)" if paused else " (interrupted)" if idle else ""
+    mark = "".join(m for m, held in ((" (resumed)", paused), (" (interrupted)", idle)) if held)
     return (f"| {seed - FIRST_SEED + 1} ({seed}) | {'/'.join(sorted(kinds))} | {minutes:.0f}{mark} | "
             f"{min(walls):,.0f}–{max(walls):,.0f} | " + " | ".join(cells) + " |")
 
