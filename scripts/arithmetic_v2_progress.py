@@ -108,7 +108,7 @@ def block_row(seed: int, runs: list[Run], verbose: bool = True) -> str:
     if verbose and idle:
         print(f"interrupted: {sum(idle) / 60:,.0f} min between runs left out")
     minutes = (max(ends) - min(starts) - sum(paused) - sum(idle)) / 60
-    mark = "".join(m for m, held in ((" (resumed)", paused), (" (interrupted)", idle)) if held)
+    mark = (" (resumed)" if paused else "") + (" (interrupted)" if idle else "")
     return (f"| {seed - FIRST_SEED + 1} ({seed}) | {'/'.join(sorted(kinds))} | {minutes:.0f}{mark} | "
             f"{min(walls):,.0f}–{max(walls):,.0f} | " + " | ".join(cells) + " |")
 
