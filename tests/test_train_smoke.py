@@ -31,7 +31,7 @@ PER_STEP = [
 @pytest.mark.slow
 def test_smoke_run_via_cli(tmp_path):
     workdir = tmp_path / "smoke"
-    # as a user runs it: no compilation-cache setting of ours, so the launcher's default applies
+    # as a user runs it: no compilation-cache or huge-page setting of ours, so the launcher's defaults apply
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_") and k != "JAXDEBATE_HUGEPAGES"}
     env["JAXDEBATE_CACHE"] = str(tmp_path / "cache")
     out = subprocess.run([sys.executable, "-m", "jaxdebate.launch", "--config", "configs/smoke.py", "--workdir",
