@@ -23,7 +23,7 @@ def pytest_configure(config):
     from jaxdebate.launch import CACHE_MIN_COMPILE_S
 
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", str(CACHE_MIN_COMPILE_S))
-    # The launcher's huge pages pay off on a 135M learner's large buffers; on the tiny test models they
+    # The launcher's huge pages paid off in the 135M learner bench (8 x 512); on the tiny test models they
     # cost more kernel time than the page faults they save (a smoke launch 20 s with them, 12 s
     # without: bench/README "The test suite's time"). Subprocess launches here run with glibc's defaults;
     # tests/test_train_smoke.py and tests/test_host_memory.py still run the launcher's default.
