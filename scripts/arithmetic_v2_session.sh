@@ -10,8 +10,9 @@
 # END (required): when this session's runs must have ended. A block is begun only if its unfinished
 # runs end by then at RUN_S seconds each: by default a fifth of the slowest of the last 5 complete
 # blocks on a CPU with this machine's flags, or of the slowest block of any kind on a CPU kind new to
-# the sweep (+600 s when this machine has no cached step-0 validation), since the sweep's own
-# --deadline estimates from the mean run of every machine so far.
+# the sweep, and never less than the mean run of every machine so far, which the sweep's own
+# --deadline check uses (+600 s when this machine has no cached step-0 validation): on a fast kind
+# the mean is the larger, and a block this script began would be refused by the sweep.
 # A block's total varies less than its slowest run (one slow run in five is common). TREE: the worktree
 # (default ../sweep; created at the commit below if missing, with this checkout's .venv).
 set -euo pipefail
@@ -87,7 +88,8 @@ done_runs() {  # how many runs of seed $1 are committed here with status done
   echo $n
 }
 
-run_seconds() {  # RUN_S, or a fifth of the slowest of the last 5 complete blocks on this CPU kind
+run_seconds() {  # RUN_S, or a fifth of the slowest of the last 5 complete blocks on this CPU kind, and at
+  # least the mean of all finished runs, the figure the sweep's own --deadline check multiplies (sweep.py)
   if [ -n "${RUN_S:-}" ]; then echo "$RUN_S"; return; fi
   .venv/bin/python - "$R/runs" "$flags" <<'EOF'
 import collections, json, pathlib, re, sys
@@ -101,10 +103,12 @@ for path in pathlib.Path(sys.argv[1]).glob("*-seed*/run.json"):
 whole = [runs for runs in blocks.values() if len(runs) == 5]
 mine = sorted((max(r["finished_at"] for r in runs), sum(r["wall_time_s"] for r in runs))
               for runs in whole if all(kind(r.get("cpu_flags", "")) == sys.argv[2] for r in runs))
+walls = [r["wall_time_s"] for runs in blocks.values() for r in runs]
+mean = sum(walls) / len(walls) if walls else 0
 if mine:
-    print(round(max(total for _, total in mine[-5:]) / 5))
+    print(round(max(max(total for _, total in mine[-5:]) / 5, mean)))
 elif whole:  # a CPU kind new to the sweep: the slowest block of any kind, until one of its own is in
-    print(round(max(sum(r["wall_time_s"] for r in runs) for runs in whole) / 5), "any")
+    print(round(max(max(sum(r["wall_time_s"] for r in runs) for runs in whole) / 5, mean)), "any")
 EOF
 }
 
@@ -157,6 +161,10 @@ while :; do
   wait $sweep || echo "[session] the sweep exited with status $? (log: $LOG)" >&2
   land || { echo "[session] landing failed after the sweep of block $block" >&2; exit 1; }
   cp "$LOG" "${LOG%.log}_block$block.log"
+  if [ "$(done_runs $((FIRST_SEED + block - 1)))" -eq $((5 - left)) ] && grep -q '^\[sweep\] stopping before' "$LOG"; then
+    echo "[session] block $block not begun by the sweep's own deadline check: $(grep '^\[sweep\] stopping before' "$LOG")"
+    break
+  fi
   if [ "$(done_runs $((FIRST_SEED + block - 1)))" -lt 5 ]; then
     echo "[session] block $block is not complete after its sweep (log: ${LOG%.log}_block$block.log); stopping" >&2
     exit 1
