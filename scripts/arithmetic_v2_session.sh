@@ -106,9 +106,12 @@ mine = sorted((max(r["finished_at"] for r in runs), sum(r["wall_time_s"] for r i
 walls = [r["wall_time_s"] for runs in blocks.values() for r in runs]
 mean = sum(walls) / len(walls) if walls else 0
 if mine:
-    print(round(max(max(total for _, total in mine[-5:]) / 5, mean)))
+    slowest, basis = max(total for _, total in mine[-5:]), ""
 elif whole:  # a CPU kind new to the sweep: the slowest block of any kind, until one of its own is in
-    print(round(max(max(sum(r["wall_time_s"] for r in runs) for runs in whole) / 5, mean)), "any")
+    slowest, basis = max(sum(r["wall_time_s"] for r in runs) for runs in whole), "any"
+else:
+    sys.exit()
+print(round(max(slowest / 5, mean)), basis)
 EOF
 }
 
@@ -161,11 +164,13 @@ while :; do
   wait $sweep || echo "[session] the sweep exited with status $? (log: $LOG)" >&2
   land || { echo "[session] landing failed after the sweep of block $block" >&2; exit 1; }
   cp "$LOG" "${LOG%.log}_block$block.log"
-  if [ "$(done_runs $((FIRST_SEED + block - 1)))" -eq $((5 - left)) ] && grep -q '^\[sweep\] stopping before' "$LOG"; then
-    echo "[session] block $block not begun by the sweep's own deadline check: $(grep '^\[sweep\] stopping before' "$LOG")"
+  have=$(done_runs $((FIRST_SEED + block - 1)))
+  refused=$(grep '^\[sweep\] stopping before' "$LOG" || true)
+  if [ "$have" -eq $((5 - left)) ] && [ -n "$refused" ]; then
+    echo "[session] block $block not begun by the sweep's own deadline check: $refused"
     break
   fi
-  if [ "$(done_runs $((FIRST_SEED + block - 1)))" -lt 5 ]; then
+  if [ "$have" -lt 5 ]; then
     echo "[session] block $block is not complete after its sweep (log: ${LOG%.log}_block$block.log); stopping" >&2
     exit 1
   fi
