@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxdebate import analysis, sweep_plots, sweep_runs
+from jaxdebate import analysis, sweep_plots, sweep_runs, validation_files
 from jaxdebate.errors import DataError
 from jaxdebate.run_endpoints import curve_area, divergence_stop, endpoint_values, run_summary
 from jaxdebate.run_items import run_item_test, run_item_tests
@@ -540,6 +540,45 @@ def test_answer_profiles_count_missing_and_repeated_answers_and_are_exported(tmp
         f.write('{"id": "q11", "set": "heldout"}\n')
     with pytest.raises(DataError, match=r"step_4\.jsonl:12: a record needs mode, answer, correct_final"):
         answer_profile(sweep_runs.load_run(sweep / "coma-seed1"))
+
+
+def test_the_committed_v2_sweep_gives_the_result_the_readme_states():
+    """arithmetic-v2's pre-registered analysis on all 59 committed blocks: the claims and figures of the
+    README's "Result", and the paired tests against scipy on accuracies counted from the per-item rows."""
+    from scipy import stats as sps
+    from jaxdebate.sweep_stats import Plan
+
+    root = REPO / "results" / "arithmetic-v2"
+    runs = sweep_runs.load_sweep(root / "runs")
+    plan = Plan.load(root / "plan.json")
+    # the primary endpoint only (the export's secondary endpoints and CPU-kind subsets take ~30 s more)
+    c = compare_strategies([run_summary(r) for r in runs], plan.baseline, plan.endpoint, by_cpu=False,
+                           arms=plan.arms, seeds=plan.seeds)
+    assert len(c["seeds_complete"]) == len(plan.seeds) == 59 and not c["missing"] and not c["diverged"]
+    by_arm = {e["strategy"]: e for e in c["vs_baseline"]}
+    assert {arm: e["claim"] for arm, e in by_arm.items()} == {
+        "difference_rewards": "below identity (ranked)", "potential_based": "below identity (ranked)",
+        "coma": "below identity (Holm; not ranked)", "reward_mixing": "equivalent within ±0.05"}
+    assert {arm: round(e["mean_difference"], 3) for arm, e in by_arm.items()} == {
+        "difference_rewards": -0.061, "potential_based": -0.084, "coma": -0.033, "reward_mixing": -0.007}
+    assert by_arm["coma"]["p_holm"] == pytest.approx(0.044, abs=5e-4)
+    assert round(c["blocked"]["strategy_F"], 2) == 8.72 and round(c["max_halfwidth"], 3) == 0.036
+    assert all(g["mean_gain"] < 0 and g["p_holm"] < 1e-5 for g in c["learning"])
+    # the same paired tests, from the rows each run's validation wrote, against scipy and Holm by hand
+    def debate_accuracy(run):
+        rows = validation_files.read(validation_files.step_path(run.workdir, 12))
+        return np.mean([row["correct_final"] for row in rows if row["mode"] == "debate"])
+
+    acc = {(r.strategy, r.seed): debate_accuracy(r) for r in runs}
+    seeds = plan.seeds
+    tests = {arm: sps.ttest_rel([acc[arm, k] for k in seeds], [acc["identity", k] for k in seeds])
+             for arm in by_arm}
+    ps = sorted((t.pvalue, arm) for arm, t in tests.items())
+    running = 0.0
+    for i, (p, arm) in enumerate(ps):
+        running = max(running, min(1.0, (len(ps) - i) * p))
+        assert by_arm[arm]["p_holm"] == pytest.approx(running, rel=1e-9)
+        assert by_arm[arm]["t"] == pytest.approx(tests[arm].statistic, rel=1e-9)
 
 
 def test_the_committed_v2_runs_answer_as_their_metrics_and_the_readme_say():
