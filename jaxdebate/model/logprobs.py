@@ -1,7 +1,7 @@
 """Per-token log-probabilities (and entropies) of given sequences, without ever materialising the full
-``[B, T, V]`` logits: the output head runs over chunks of tokens in a scan whose body is rematerialised,
-so neither the forward nor the backward pass holds more than one chunk of logits at a time, unless all
-chunks together fit in ``KEEP_LOGITS_BYTES``, when the backward pass reuses them."""
+``[B, T, V]`` logits: the output head runs over chunks of tokens in a scan, each chunk through a
+hand-written VJP, so neither the forward nor the backward pass holds more than one chunk of logits at a
+time, unless all chunks together fit in ``KEEP_LOGITS_BYTES``, when the backward pass reuses them."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.ad_checkpoint import checkpoint_name
 
 from jaxdebate.model.config import LlamaConfig
 from jaxdebate.model.kernels import F32
-from jaxdebate.model.llama import Params, forward, head_logits
+from jaxdebate.model.llama import Params, compute_dtype, forward
 
 DEFAULT_CHUNK = 1024
 # Up to this many bytes of float32 logits (all chunks of one call) are kept for the backward pass
@@ -21,18 +20,62 @@ DEFAULT_CHUNK = 1024
 KEEP_LOGITS_BYTES = 1 << 30
 
 
-def _chunk_stats(params, config, hidden, targets, temperature, with_entropy):
-    """log p(target) and entropy for one chunk of hidden states ``[C, D]`` / targets ``[C]``."""
-    scaled = checkpoint_name(head_logits(params, config, hidden) / temperature, "chunk_logits")
-    lse = jax.nn.logsumexp(scaled, axis=-1)
-    # a one-hot select rather than a gather: its gradient is element-wise (fuses), not a scatter
+def _head(weights, hidden, tied: bool):
+    """float32 logits ``[C, V]``: ``weights`` is the tied embedding ``[V, D]`` or ``lm_head`` ``[D, V]``,
+    both already in the compute dtype, as ``llama.head_logits`` computes them."""
+    return jnp.einsum("cd,vd->cv" if tied else "cd,dv->cv", hidden, weights, preferred_element_type=F32)
+
+
+def _softmax_stats(scaled, targets, with_entropy):
+    """log p(target), the log-partition and the mean scaled logit under p, from one exp pass.
+
+    Why not ``logsumexp`` then ``exp(scaled - lse)``: XLA:CPU runs an exp inside a row reduction far
+    slower than the reduction itself, so the second pass for the entropy cost as much as the first;
+    here both sums share one pass (bench/README "The output head's softmax passes")."""
+    top = jnp.max(scaled, axis=-1)
+    e = jnp.exp(scaled - top[:, None])
+    z = jnp.sum(e, axis=-1)
+    lse = top + jnp.log(z)
+    mean = jnp.sum(e * scaled, axis=-1) / z if with_entropy else jnp.zeros_like(lse)
+    picked = jnp.take_along_axis(scaled, targets[:, None], axis=-1)[:, 0]
+    return picked - lse, lse, mean
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _chunk_stats(weights, hidden, targets, temperature, tied, with_entropy, keep):
+    """``(log p(target), entropy)`` of one chunk of hidden states ``[C, D]`` under the head's logits
+    divided by ``temperature``. ``keep``: the backward pass reuses the forward's logits (else it
+    recomputes the chunk's GEMM)."""
+    return _chunk_stats_fwd(weights, hidden, targets, temperature, tied, with_entropy, keep)[0]
+
+
+def _chunk_stats_fwd(weights, hidden, targets, temperature, tied, with_entropy, keep):
+    scaled = _head(weights, hidden, tied) / temperature
+    lp, lse, mean = _softmax_stats(scaled, targets, with_entropy)
+    ent = lse - mean if with_entropy else jnp.zeros_like(lp)
+    return (lp, ent), (weights, hidden, targets, temperature, lse, mean, scaled if keep else None)
+
+
+def _chunk_stats_bwd(tied, with_entropy, keep, residuals, cotangents):
+    weights, hidden, targets, temperature, lse, mean, scaled = residuals
+    g_lp, g_ent = cotangents
+    if scaled is None:
+        scaled = _head(weights, hidden, tied) / temperature
+    # d lp / d s_j = [j = target] - p_j;  d entropy / d s_j = -p_j (s_j - mean): one element-wise pass
+    p = jnp.exp(scaled - lse[:, None])
+    coef = g_lp[:, None] + g_ent[:, None] * (scaled - mean[:, None]) if with_entropy else g_lp[:, None]
     hit = jnp.arange(scaled.shape[-1], dtype=jnp.int32)[None, :] == targets[:, None]
-    picked = jnp.sum(jnp.where(hit, scaled, 0.0), axis=-1)
-    lp = picked - lse
-    if not with_entropy:
-        return lp, jnp.zeros_like(lp)
-    probs = jnp.exp(scaled - lse[:, None])
-    return lp, lse - jnp.sum(probs * scaled, axis=-1)
+    d_logits = ((jnp.where(hit, g_lp[:, None], 0.0) - p * coef) / temperature).astype(weights.dtype)
+    if tied:
+        d_hidden = jnp.einsum("cv,vd->cd", d_logits, weights, preferred_element_type=F32)
+        d_weights = jnp.einsum("cv,cd->vd", d_logits, hidden, preferred_element_type=F32)
+    else:
+        d_hidden = jnp.einsum("cv,dv->cd", d_logits, weights, preferred_element_type=F32)
+        d_weights = jnp.einsum("cd,cv->dv", hidden, d_logits, preferred_element_type=F32)
+    return d_weights.astype(weights.dtype), d_hidden.astype(hidden.dtype), None, None
+
+
+_chunk_stats.defvjp(_chunk_stats_fwd, _chunk_stats_bwd)
 
 
 def hidden_logprobs(
@@ -59,15 +102,16 @@ def hidden_logprobs(
     y = jnp.pad(y, (0, pad)).reshape(n_chunks, chunk)
     temperature = jnp.asarray(temperature, F32)
 
-    # The backward pass recomputes a chunk's forward; when every chunk's logits fit in
+    # The backward pass recomputes a chunk's logits; when every chunk's logits fit in
     # KEEP_LOGITS_BYTES they are kept instead, which saves the head's largest matmul once per chunk.
     keep = n_chunks * chunk * config.vocab_size * 4 <= KEEP_LOGITS_BYTES
-    policy = jax.checkpoint_policies.save_only_these_names("chunk_logits") if keep else None
+    dt = compute_dtype(config)
+    tied = config.tie_word_embeddings
+    weights = (params["embed_tokens"]["embedding"] if tied else params["lm_head"]["kernel"]).astype(dt)
 
-    @functools.partial(jax.checkpoint, prevent_cse=False, policy=policy)
     def body(carry, xs):
         hc, yc = xs
-        return carry, _chunk_stats(params, config, hc, yc, temperature, with_entropy)
+        return carry, _chunk_stats(weights, hc.astype(dt), yc, temperature, tied, with_entropy, keep)
 
     _, (lp, ent) = jax.lax.scan(body, None, (h, y))
     lp = lp.reshape(-1)[:n].reshape(lead)

@@ -329,6 +329,53 @@ def test_kept_logits_give_the_rematerialised_gradients(tiny_model, monkeypatch):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "lm_head"])
+@pytest.mark.parametrize("keep", [True, False], ids=["kept", "recomputed"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_head_vjp_gives_autodiff_gradients_of_log_softmax(tie, keep, dtype, monkeypatch):
+    """The output head's hand-written VJP: the gradients of a weighted sum of log-probs and entropies,
+    in the head's weights and in the hidden states, equal autodiff through ``jax.nn.log_softmax`` of
+    the full logits (temperature, a last chunk with padding; kept or recomputed chunk logits)."""
+    from jaxdebate.model import logprobs as logprobs_module
+
+    if not keep:
+        monkeypatch.setattr(logprobs_module, "KEEP_LOGITS_BYTES", 0)
+    config = LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
+                         num_kv_heads=1, head_dim=16, tie_word_embeddings=tie, dtype=dtype)
+    rng = np.random.RandomState(11)
+    table = jnp.asarray(rng.randn(300, 32) * 0.3, jnp.float32)
+    params = {"embed_tokens": {"embedding": table}} if tie else {"lm_head": {"kernel": table.T}}
+    hidden = jnp.asarray(rng.randn(3, 7, 32), jnp.float32)
+    targets = jnp.asarray(rng.randint(0, 300, (3, 7)), jnp.int32)
+    w_lp, w_ent = (jnp.asarray(rng.randn(3, 7), jnp.float32) for _ in range(2))
+
+    def ours(p, h):
+        lp, ent = hidden_logprobs(p, config, h, targets, temperature=0.7, with_entropy=True, chunk_size=5)
+        return (lp * w_lp + ent * w_ent).sum()
+
+    def reference(p, h):
+        logp = jax.nn.log_softmax(head_logits(p, config, h) / 0.7, axis=-1)
+        lp = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+        ent = -(jnp.exp(logp) * logp).sum(-1)
+        return (lp * w_lp + ent * w_ent).sum()
+
+    (value, grads), (ref_value, ref_grads) = (jax.jit(jax.value_and_grad(f, argnums=(0, 1)))(params, hidden)
+                                              for f in (ours, reference))
+    tol = 1e-5 if dtype == "float32" else 2e-2  # bf16: rounding of the operands and of the gradients
+    np.testing.assert_allclose(float(value), float(ref_value), rtol=tol)
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads), strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        scale = float(np.abs(np.asarray(b, np.float32)).max())
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=tol * scale)
+    # without the entropy, the log-probs' gradient alone
+    only_lp = jax.grad(lambda p: (hidden_logprobs(p, config, hidden, targets, chunk_size=4)[0] * w_lp).sum())(params)
+    ref_lp = jax.grad(lambda p: (jnp.take_along_axis(jax.nn.log_softmax(head_logits(p, config, hidden), -1),
+                                                     targets[..., None], -1)[..., 0] * w_lp).sum())(params)
+    a, b = jax.tree.leaves(only_lp)[0], jax.tree.leaves(ref_lp)[0]
+    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                               atol=tol * float(np.abs(np.asarray(b, np.float32)).max()))
+
+
 def test_kv_cache_extended_by_several_tokens_equals_full_forward(tiny_model):
     """A prompt written into a cache in two pieces (the second attends to the first's slots, as the
     sampler's shared prompt heads do) gives the uncached forward's logits."""
