@@ -340,15 +340,20 @@ def forward(
     return h, {**layer_cache, "mask": key_mask, "index": index + t}
 
 
+def head_weights(params: Params, config: LlamaConfig) -> jax.Array:
+    """The output head's matrix in the compute dtype: the tied embedding ``[V, D]`` or ``lm_head`` ``[D, V]``."""
+    tied = config.tie_word_embeddings
+    return (params["embed_tokens"]["embedding"] if tied else params["lm_head"]["kernel"]).astype(compute_dtype(config))
+
+
+def head_matmul(hidden: jax.Array, weights: jax.Array, tied: bool) -> jax.Array:
+    """Float32 logits ``[..., V]`` of ``hidden [..., D]`` under :func:`head_weights` (``tied``: ``[V, D]``)."""
+    return jnp.einsum("...d,vd->...v" if tied else "...d,dv->...v", hidden, weights, preferred_element_type=F32)
+
+
 def head_logits(params: Params, config: LlamaConfig, hidden: jax.Array) -> jax.Array:
     """Float32 logits ``[..., V]`` of hidden states ``[..., D]`` (tied embedding or ``lm_head``)."""
-    dt = compute_dtype(config)
-    hidden = hidden.astype(dt)
-    if config.tie_word_embeddings:
-        table = params["embed_tokens"]["embedding"].astype(dt)
-        return jnp.einsum("...d,vd->...v", hidden, table, preferred_element_type=F32)
-    kernel = params["lm_head"]["kernel"].astype(dt)
-    return jnp.einsum("...d,dv->...v", hidden, kernel, preferred_element_type=F32)
+    return head_matmul(hidden.astype(compute_dtype(config)), head_weights(params, config), config.tie_word_embeddings)
 
 
 @functools.partial(jax.jit, static_argnames=("config",))

@@ -12,18 +12,12 @@ import jax.numpy as jnp
 
 from jaxdebate.model.config import LlamaConfig
 from jaxdebate.model.kernels import F32
-from jaxdebate.model.llama import Params, compute_dtype, forward
+from jaxdebate.model.llama import Params, compute_dtype, forward, head_matmul, head_weights
 
 DEFAULT_CHUNK = 1024
 # Up to this many bytes of float32 logits (all chunks of one call) are kept for the backward pass
 # instead of recomputed: 1 GiB is ~5,400 tokens of a 49,152-token vocabulary.
 KEEP_LOGITS_BYTES = 1 << 30
-
-
-def _head(weights, hidden, tied: bool):
-    """float32 logits ``[C, V]``: ``weights`` is the tied embedding ``[V, D]`` or ``lm_head`` ``[D, V]``,
-    both already in the compute dtype, as ``llama.head_logits`` computes them."""
-    return jnp.einsum("cd,vd->cv" if tied else "cd,dv->cv", hidden, weights, preferred_element_type=F32)
 
 
 def _softmax_stats(scaled, targets, with_entropy):
@@ -50,7 +44,7 @@ def _chunk_stats(weights, hidden, targets, temperature, tied, with_entropy, keep
 
 
 def _chunk_stats_fwd(weights, hidden, targets, temperature, tied, with_entropy, keep):
-    scaled = _head(weights, hidden, tied) / temperature
+    scaled = head_matmul(hidden, weights, tied) / temperature
     lp, lse, mean = _softmax_stats(scaled, targets, with_entropy)
     ent = lse - mean if with_entropy else jnp.zeros_like(lp)
     return (lp, ent), (weights, hidden, targets, temperature, lse, mean, scaled if keep else None)
@@ -60,7 +54,7 @@ def _chunk_stats_bwd(tied, with_entropy, keep, residuals, cotangents):
     weights, hidden, targets, temperature, lse, mean, scaled = residuals
     g_lp, g_ent = cotangents
     if scaled is None:
-        scaled = _head(weights, hidden, tied) / temperature
+        scaled = head_matmul(hidden, weights, tied) / temperature
     # d lp / d s_j = [j = target] - p_j;  d entropy / d s_j = -p_j (s_j - mean): one element-wise pass
     p = jnp.exp(scaled - lse[:, None])
     coef = g_lp[:, None] + g_ent[:, None] * (scaled - mean[:, None]) if with_entropy else g_lp[:, None]
@@ -105,9 +99,7 @@ def hidden_logprobs(
     # The backward pass recomputes a chunk's logits; when every chunk's logits fit in
     # KEEP_LOGITS_BYTES they are kept instead, which saves the head's largest matmul once per chunk.
     keep = n_chunks * chunk * config.vocab_size * 4 <= KEEP_LOGITS_BYTES
-    dt = compute_dtype(config)
-    tied = config.tie_word_embeddings
-    weights = (params["embed_tokens"]["embedding"] if tied else params["lm_head"]["kernel"]).astype(dt)
+    dt, tied, weights = compute_dtype(config), config.tie_word_embeddings, head_weights(params, config)
 
     def body(carry, xs):
         hc, yc = xs
