@@ -59,14 +59,10 @@ def _chunk_stats_bwd(tied, with_entropy, keep, residuals, cotangents):
     p = jnp.exp(scaled - lse[:, None])
     coef = g_lp[:, None] + g_ent[:, None] * (scaled - mean[:, None]) if with_entropy else g_lp[:, None]
     hit = jnp.arange(scaled.shape[-1], dtype=jnp.int32)[None, :] == targets[:, None]
-    d_logits = ((jnp.where(hit, g_lp[:, None], 0.0) - p * coef) / temperature).astype(weights.dtype)
-    if tied:
-        d_hidden = jnp.einsum("cv,vd->cd", d_logits, weights, preferred_element_type=F32)
-        d_weights = jnp.einsum("cv,cd->vd", d_logits, hidden, preferred_element_type=F32)
-    else:
-        d_hidden = jnp.einsum("cv,dv->cd", d_logits, weights, preferred_element_type=F32)
-        d_weights = jnp.einsum("cd,cv->dv", hidden, d_logits, preferred_element_type=F32)
-    return d_weights.astype(weights.dtype), d_hidden.astype(hidden.dtype), None, None
+    d_logits = (jnp.where(hit, g_lp[:, None], 0.0) - p * coef) / temperature
+    # the GEMMs' own transposes (head_matmul's layouts), on the gradient of the logits
+    d_weights, d_hidden = jax.vjp(lambda w, h: head_matmul(h, w, tied), weights, hidden)[1](d_logits)
+    return d_weights, d_hidden, None, None
 
 
 _chunk_stats.defvjp(_chunk_stats_fwd, _chunk_stats_bwd)
