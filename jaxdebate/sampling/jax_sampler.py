@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -104,6 +105,9 @@ class JaxSampler:
         self._prefill = jax.jit(functools.partial(prefill, config=config), static_argnums=(7,))
         self._decode = {}
         self.decoded_row_steps = 0  # rows x decode steps run so far (what shrinking saves)
+        # wall seconds spent in the prefill and the decode programs so far (compilation included)
+        self.prefill_seconds = 0.0
+        self.decode_seconds = 0.0
         self.update_weights(params, weight_version)
 
     # ---------------------------------------------------------------- protocol
@@ -152,8 +156,11 @@ class JaxSampler:
             return [[results[(i, j)] for j in range(sp.n)] for i, sp in enumerate(per_prompt)]
 
     def stats(self) -> dict[str, float]:
-        """How many prefill and decode shapes are compiled (rising late in a run means recompiles)."""
-        return {f"sampler/compiled_{k}_shapes": float(v) for k, v in self.compile_counts().items()}
+        """How many prefill and decode shapes are compiled (rising late in a run means recompiles), and
+        the wall seconds spent in each so far (where sampling and greedy validation spend their time:
+        the prompts' forward, at the GEMM rate, or the token-by-token loop, bound by reading the cache)."""
+        return {**{f"sampler/compiled_{k}_shapes": float(v) for k, v in self.compile_counts().items()},
+                "sampler/prefill_seconds": self.prefill_seconds, "sampler/decode_seconds": self.decode_seconds}
 
     def compile_counts(self) -> dict[str, int]:
         """How many shapes the prefill and decode functions were compiled for (a recompilation check)."""
@@ -247,9 +254,12 @@ class JaxSampler:
         use_top_p = bool((top_p < 1.0).any())
 
         params = self._params
+        started = time.perf_counter()
         logits, cache, pos = self._prefill(params, jnp.asarray(heads), jnp.asarray(head_mask), jnp.asarray(group),
                                            self._place(ids), self._place(mask), jnp.asarray(row_prompt),
                                            round_up(head_width + width + new_len, CACHE_STEP))
+        jax.block_until_ready(logits)  # the decode waits for it anyway; this only makes the split measurable
+        self.prefill_seconds += time.perf_counter() - started
         state = {
             "cache": cache,
             "logits": logits,
@@ -277,8 +287,10 @@ class JaxSampler:
         step = 0
         while True:
             until = min(step + self.decode_chunk, new_len) if chunked else new_len
+            started = time.perf_counter()
             state = decode_fn(params, state, jnp.asarray(until, jnp.int32))
             self.decoded_row_steps += len(where) * (int(state["step"]) - step)  # the loop may exit early
+            self.decode_seconds += time.perf_counter() - started
             step = until
             done = np.array(state["done"])
             if check_strings:

@@ -158,9 +158,15 @@ def test_no_recompilation_across_prompt_lengths(model, tokenizer):
         assert s.compile_counts() == {"prefill": 1, "decode": 1}
         s.generate([list(range(100, 117))], SamplingParams(temperature=1.0, max_tokens=4))  # next bucket
         assert s.compile_counts()["prefill"] == 2
-        counts = s.compile_counts()
-        assert s.stats() == {"sampler/compiled_prefill_shapes": 2.0,
-                             "sampler/compiled_decode_shapes": float(counts["decode"])}
+        counts, stats = s.compile_counts(), s.stats()
+        assert stats["sampler/compiled_prefill_shapes"] == 2.0
+        assert stats["sampler/compiled_decode_shapes"] == float(counts["decode"])
+        # five generate calls: both programs ran, and their seconds only grow
+        assert stats["sampler/prefill_seconds"] > 0 and stats["sampler/decode_seconds"] > 0
+        s.generate([list(range(100, 105))], SamplingParams(temperature=1.0, max_tokens=4))
+        later = s.stats()
+        assert later["sampler/prefill_seconds"] > stats["sampler/prefill_seconds"]
+        assert later["sampler/decode_seconds"] > stats["sampler/decode_seconds"]
 
 
 def test_dropping_finished_rows_gives_the_same_samples_for_less_decoding(model, tokenizer):
