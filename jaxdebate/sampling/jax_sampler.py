@@ -157,8 +157,8 @@ class JaxSampler:
 
     def stats(self) -> dict[str, float]:
         """How many prefill and decode shapes are compiled (rising late in a run means recompiles), and
-        the wall seconds spent in each so far (where sampling and greedy validation spend their time:
-        the prompts' forward, at the GEMM rate, or the token-by-token loop, bound by reading the cache)."""
+        the wall seconds spent in each so far: whether sampling and validation go to the prompts' forward
+        or to the token-by-token loop."""
         return {**{f"sampler/compiled_{k}_shapes": float(v) for k, v in self.compile_counts().items()},
                 "sampler/prefill_seconds": self.prefill_seconds, "sampler/decode_seconds": self.decode_seconds}
 
