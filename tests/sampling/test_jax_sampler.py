@@ -159,6 +159,8 @@ def test_no_recompilation_across_prompt_lengths(model, tokenizer):
         s.generate([list(range(100, 117))], SamplingParams(temperature=1.0, max_tokens=4))  # next bucket
         assert s.compile_counts()["prefill"] == 2
         counts, stats = s.compile_counts(), s.stats()
+        assert set(stats) == {"sampler/compiled_prefill_shapes", "sampler/compiled_decode_shapes",
+                              "sampler/prefill_seconds", "sampler/decode_seconds"}
         assert stats["sampler/compiled_prefill_shapes"] == 2.0
         assert stats["sampler/compiled_decode_shapes"] == float(counts["decode"])
         # five generate calls: both programs ran, and their seconds only grow
