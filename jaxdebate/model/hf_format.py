@@ -276,20 +276,30 @@ def export_hf(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tensors = hf_state_dict(params, config, dtype)
+    _atomic_write(directory / "model.safetensors", lambda p: save_file(tensors, p, metadata={"format": "pt"}))
+    export_hf_config(config, directory, tokenizer=tokenizer, dtype=dtype)
+    for stale in list(directory.glob("*.safetensors")) + [directory / "model.safetensors.index.json"]:
+        if stale.name != "model.safetensors" and stale.exists():
+            stale.unlink()
+    return directory
+
+
+def export_hf_config(config: LlamaConfig, directory: str | Path, *, tokenizer: Any = None,
+                     dtype: str = "float32") -> Path:
+    """Write what an HF directory holds besides its weights: ``config.json``, ``generation_config.json``
+    and, given a Tokenizer, its files (atomically, as :func:`export_hf`)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
     hf_config = config.to_hf()
     hf_config["torch_dtype"] = dtype
     generation = {"bos_token_id": config.bos_token_id, "eos_token_id": config.eos_token_id}
     if tokenizer is not None:
         generation["pad_token_id"] = tokenizer.pad_id
         tokenizer.save(directory)
-    _atomic_write(directory / "model.safetensors", lambda p: save_file(tensors, p, metadata={"format": "pt"}))
     _atomic_write(directory / "config.json", lambda p: Path(p).write_text(json.dumps(hf_config, indent=2)))
     _atomic_write(
         directory / "generation_config.json", lambda p: Path(p).write_text(json.dumps(generation, indent=2))
     )
-    for stale in list(directory.glob("*.safetensors")) + [directory / "model.safetensors.index.json"]:
-        if stale.name != "model.safetensors" and stale.exists():
-            stale.unlink()
     return directory
 
 

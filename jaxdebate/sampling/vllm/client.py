@@ -41,6 +41,7 @@ from jaxdebate.sampling.vllm.config import VLLMConfig
 from jaxdebate.sampling.vllm.server import SERVED_MODEL_NAME, ServerUnavailable, VLLMServer
 from jaxdebate.sampling.vllm.delivery import PathDelivery, PushDelivery, SyncFiles, WeightDelivery
 from jaxdebate.sampling.vllm.delivery import new_sync_dir as _new_sync_dir
+from jaxdebate.sampling.vllm.delivery import start_dir
 
 log = logging.getLogger(__name__)
 
@@ -108,11 +109,9 @@ class VLLMSampler:
         stop_token_ids: Sequence[int] | None = None,
         weight_version: int = 0,
     ) -> VLLMSampler:
-        """Serve ``params`` (in ``config.dtype``) from a new server started on their HF export, or
-        load them into the server at ``config.url``. ``tokenizer`` is a jaxdebate Tokenizer; its
+        """Serve ``params`` (in ``config.dtype``) from a new server, loaded as its first sync, or from
+        the server at ``config.url``. ``tokenizer`` is a jaxdebate Tokenizer; its
         ``stop_ids`` end completions unless ``stop_token_ids`` is given."""
-        from jaxdebate.model import export_hf
-
         config, _ = (config or VLLMConfig()).resolved()  # dtype "auto": the machine's choice
         if tokenizer is None:
             raise ConfigError("VLLMSampler.from_params needs the model's tokenizer (the server tokenises stop strings)")
@@ -124,15 +123,12 @@ class VLLMSampler:
             return sampler
         if is_cpu_build(config.python_path()):  # fail now, not at the first request of every restart
             check_cpu_head_dim(model_config.head_dim)
-        sync_dir = _new_sync_dir(config, workdir)
-        t0 = time.perf_counter()
-        export_hf(params, model_config, sync_dir, tokenizer=tokenizer, dtype=config.dtype)
-        export_s = time.perf_counter() - t0
-        # _export allocates the sync file now, not in the first sync (~0.3 s)
-        sampler = cls._started(VLLMServer(config, workdir, sync_dir), sync_dir, sync_dir, model_config, stops,
-                               weight_version, then=lambda sampler: sampler._export(params))
-        sampler.syncs.append(SyncStats(weight_version, export_s, 0.0))
-        return sampler
+        # The server starts on one directory per model, the same path for every run (vLLM caches its
+        # compiled kernels by it), and gets ``params`` as its first sync; a restart does the same.
+        model_dir = start_dir(params, model_config, tokenizer, config.dtype)
+        return cls._started(VLLMServer(config, workdir, model_dir), _new_sync_dir(config, workdir), model_dir,
+                            model_config, stops, weight_version,
+                            then=lambda sampler: sampler.update_weights(params, weight_version))
 
     @classmethod
     def from_dir(

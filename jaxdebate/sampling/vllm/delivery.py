@@ -102,3 +102,39 @@ def new_sync_dir(config: VLLMConfig, workdir: str | Path) -> Path:
     path.mkdir(mode=0o700, exist_ok=False)  # the weights the server reloads: private to this user
     path.chmod(0o700)  # whatever the umask
     return path
+
+
+def start_dir(params: Any, model_config: Any, tokenizer: Any, dtype: str) -> Path:
+    """Where a server jaxdebate starts from a parameter tree is started: the model's config and tokenizer,
+    with the weights of the run that first made the directory, at ``$JAXDEBATE_CACHE/vllm/models/<digest
+    of config and tokenizer>``. The run's own weights are loaded as the first sync right after the start,
+    so the weights lying there need only the model's shapes. The path is the same for every run of one
+    model, and vLLM keys its cache of compiled kernels (``sampler.vllm.enforce_eager=false``) by the model
+    path: a directory per run made every run compile them again (bench/README "family_run")."""
+    import hashlib
+    import tempfile
+
+    from jaxdebate.model.hf_format import export_hf, export_hf_config
+    from jaxdebate.model.sources import cache_dir
+
+    root = cache_dir() / "vllm" / "models"
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o700)  # weights: private to this user, as the sync dirs are
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".new-"))
+    try:
+        export_hf_config(model_config, tmp, tokenizer=tokenizer, dtype=dtype)
+        digest = hashlib.sha256()
+        for path in sorted(tmp.iterdir()):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        final = root / digest.hexdigest()[:24]
+        if not (final / "model.safetensors").is_file():
+            export_hf(params, model_config, tmp, tokenizer=tokenizer, dtype=dtype)
+            shutil.rmtree(final, ignore_errors=True)  # one without weights is incomplete: replaced
+            try:
+                tmp.rename(final)  # atomic; a concurrent start that got there first made an equal directory
+            except OSError:
+                if not (final / "model.safetensors").is_file():
+                    raise
+        return final
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from jaxdebate.errors import ConfigError, SamplerError
+from jaxdebate.model.sources import cache_dir
 from jaxdebate.sampling.base import Sampler, SamplingParams
 from jaxdebate.sampling.vllm.config import VLLMConfig
 from real_server import REAL_SERVER
@@ -158,7 +159,8 @@ def test_is_a_sampler(sampler):
     stats = sampler.stats()  # the start-up export counts as the sync of version 0
     assert stats["sampler/restarts"] == 0 and stats["sync/version"] == 0 and stats["sync/export_s"] > 0
     assert sampler.server.running() and sampler.server.log_path.is_file()
-    assert str(sampler.model_dir).startswith(str(VLLMConfig().sync_root(".")))
+    # started on the model's start directory (one path per model: vLLM's compile cache is keyed by it)
+    assert sampler.model_dir.parent == cache_dir() / "vllm" / "models"
 
 
 def test_greedy_after_sync_matches_jax(sampler, model, prompts, ref):
@@ -284,8 +286,8 @@ def test_sync_loads_directly_and_vllms_generic_reload_agrees(sampler, model, pro
     tokens, lps = ref.greedy(noisy, prompts)
     assert_matches_reference(greedy(sampler, prompts), tokens, lps, version=20)
     (path,) = sampler._synced.paths
-    # below the HF export, not in it: vLLM's start-up loads every *.safetensors of the model dir
-    assert path.parent.parent == sampler._sync_dir == sampler.model_dir and path.parent != sampler.model_dir
+    # in the run's own sync dir, not in the directory the server starts on (vLLM loads its *.safetensors)
+    assert path.parent.parent == sampler._sync_dir and sampler.model_dir not in path.parents
     server = sampler.server
     assert server.collective_rpc("load_weights_files", {"paths": [str(path)]})[0]["mode"] == "direct"
     sampler.update_weights(params, 21)  # the file now holds `params`; reload it the generic way
@@ -298,7 +300,7 @@ def test_sync_loads_directly_and_vllms_generic_reload_agrees(sampler, model, pro
 
 def test_update_from_an_hf_directory(sampler, model, prompts, ref, tmp_path_factory):
     """An HF export (``[out, in]`` matrices, no layout metadata, no tokenizer) loads like a sync file;
-    a restart would start from the sampler's own export and load it on top (so it must outlive this
+    a restart would start from the model's start directory and load it on top (so it must outlive this
     test: a module-scoped directory)."""
     from jaxdebate.model import export_hf
 
@@ -307,13 +309,13 @@ def test_update_from_an_hf_directory(sampler, model, prompts, ref, tmp_path_fact
     noisy = perturb(params, "self_attn", scale=1.0, seed=10)
     export_hf(noisy, config, tmp_path / "hf", dtype="float32")
     sampler.update_weights(tmp_path / "hf", 22)
-    assert sampler.model_dir == sampler._sync_dir and sampler._synced.paths == (tmp_path / "hf" / "model.safetensors",)
+    assert sampler._synced.paths == (tmp_path / "hf" / "model.safetensors",)
     tokens, lps = ref.greedy(noisy, prompts)
     assert_matches_reference(greedy(sampler, prompts), tokens, lps, version=22)
     with pytest.raises(ConfigError, match="not an HF model directory"):
         sampler.update_weights(tmp_path, 23)
     sampler.update_weights(params, 23)
-    assert sampler._synced.paths[0].parent.parent == sampler.model_dir
+    assert sampler._synced.paths[0].parent.parent == sampler._sync_dir
 
 
 def test_identical_long_prompt_across_a_sync_is_recomputed(sampler, model, prompts, ref):

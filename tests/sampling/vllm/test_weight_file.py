@@ -121,6 +121,31 @@ def test_remote_trainers_sharing_a_sync_dir_leave_each_others_dirs_alone(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([fresh.name, other_host.name])
 
 
+def test_a_server_starts_on_one_directory_per_model(monkeypatch, tmp_path, tokenizer):
+    """vLLM caches its compiled kernels by the model path: the directory a server is started on (config,
+    tokenizer, the weights of the run that made it; each run's own weights follow as a sync) is the same
+    for every run of one model, and another for another model or dtype."""
+    from safetensors.numpy import load_file as load_tensors
+
+    from jaxdebate.sampling.vllm.delivery import start_dir
+
+    monkeypatch.setenv("JAXDEBATE_CACHE", str(tmp_path / "cache"))
+    params, config = load("tiny")
+    other_params, other = load("tiny:layers=1")
+    first = start_dir(params, config, tokenizer, "float32")
+    assert first.parent == tmp_path / "cache" / "vllm" / "models" and (first.parent.stat().st_mode & 0o077) == 0
+    assert {"config.json", "generation_config.json", "tokenizer.json", "model.safetensors"} <= {p.name for p in first.iterdir()}
+    written = load_tensors(first / "model.safetensors")
+    reseeded, _ = load("tiny:seed=5")
+    assert start_dir(reseeded, config, tokenizer, "float32") == first  # other weights, same model: same path, kept
+    again = load_tensors(first / "model.safetensors")
+    assert written.keys() == again.keys() and all(np.array_equal(written[k], again[k]) for k in written)
+    assert len({first, start_dir(other_params, other, tokenizer, "float32"), start_dir(params, config, tokenizer, "bfloat16")}) == 3
+    (first / "model.safetensors").unlink()  # an incomplete directory (no weights) is made again
+    assert start_dir(params, config, tokenizer, "float32") == first and (first / "model.safetensors").is_file()
+    assert not list(first.parent.glob(".new-*"))  # no temporary directory left behind
+
+
 def test_remote_serve_refuses_to_run_without_a_key(monkeypatch, capsys, tmp_path):
     from jaxdebate.sampling.vllm import serve as vllm_serve
 
