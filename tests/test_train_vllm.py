@@ -1,5 +1,6 @@
-"""The trainer with the vLLM backend (a real server process): weights synced every step, and a server
-killed mid-run is restarted from the latest exported weights without losing or repeating a step."""
+"""The trainer with the vLLM backend (a real server process): weights synced every step, a server
+killed mid-run is restarted from the latest exported weights without losing or repeating a step, and
+the seeded draws repeat across server processes (common random numbers across arms)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,34 @@ def test_server_killed_mid_run_the_run_finishes_with_every_step(tmp_path):
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir() if p.name.isdigit()) == ["2"]
     with pytest.raises(ProcessLookupError):  # the killed server's process group is gone
         os.killpg(killed[0], 0)
+
+
+def test_two_arms_sample_the_same_first_step_on_the_server(tmp_path):
+    """Common random numbers through the server (the arithmetic family's sampler): with one seed and the
+    same initial weights, two arms' first steps sample the same debates token for token, from two server
+    processes; only the credit given to them differs. The JAX sampler's twin is test_sweep's
+    ``test_the_arms_of_a_seed_block_sample_the_same_first_step``."""
+    import dataclasses
+
+    from jaxdebate.metrics import read_metrics
+    from jaxdebate.shaping import ShapingConfig
+    from jaxdebate.train import Trainer
+
+    base = load_config("configs/smoke.py", [
+        "model.source=tiny:hidden=128,heads=2,kv_heads=1,intermediate=256,seed=3",
+        "sampler.backend=vllm", "sampler.fallback=error", "sampler.vllm.dtype=float32",
+        "sampler.vllm.kv_cache_gib=1", "sampler.vllm.max_model_len=512", "training.total_train_steps=1",
+    ])
+    arms = {"potential_based": base, "identity": dataclasses.replace(base, shaping=ShapingConfig("identity", {}))}
+    first = {}
+    for name, config in arms.items():
+        assert Trainer(config, tmp_path / name).run().status == "finished"
+        first[name] = next(r for r in read_metrics(tmp_path / name) if r.get("step") == 1)
+    fingerprints = {r["train/samples_fingerprint"] for r in first.values()}
+    assert len(fingerprints) == 1 and first["identity"]["batch/completion_tokens"] > 0
+    assert first["identity"]["train/accuracy"] == first["potential_based"]["train/accuracy"]
+    shaped = {name: tuple(r[k] for k in sorted(r) if k.startswith("train/reward/shaped/")) for name, r in first.items()}
+    assert len(set(shaped.values())) == 2  # the arms differ in the credit they give the same samples
 
 
 def test_an_unsupported_head_dim_fails_once_before_any_server_starts(tmp_path):

@@ -13,6 +13,12 @@ What changes from the seeds' family, and why:
   README "Base-model debate");
 - sampling: T=0.7 for training (single-agent accuracy 0.27 vs 0.21 at T=1; the debate is not
   significantly below one agent there);
+- sampling: the vLLM CPU server in float32 where ``.venv-vllm`` exists (``scripts/install_vllm.sh``), else
+  the in-process JAX sampler (``sampler.fallback``, with a warning). Both decode in float32 and give the
+  same greedy answers (all 900 step-0 validation rows of a run, bench/README "family_run"); the server
+  is the faster of the two on the CPUs measured, and its seeded draws repeat run to run (every arm of
+  a seed block samples the same first step). A run's training draws depend on which of the two sampled
+  it (each has its own random stream): keep a sweep's seed block on one machine with one install;
 - sizes: 48 new tokens per turn, sequences of at most 512 tokens, a 10x higher learning rate than
   the seeds' 3e-6 over 12 steps, so that a run fits about half an hour on 2 CPU cores.
 Still 3 agents x 2 rounds, 4 debates per prompt, GRPO with the seeds' loss settings, except:
@@ -72,7 +78,8 @@ EVAL_BATCH_SIZE = 100
 # 4 packed rows of 512 per forward/backward (more are accumulated, same update): bounds the learner's
 # memory (~10 GB without remat) on a 24 GiB machine; a step packs into 1-3 rows (identity seed 42)
 MAX_TOKENS_PER_MICROBATCH = 2048
-SAMPLER_BACKEND = "jax"
+SAMPLER_BACKEND = "vllm"
+SAMPLER_DTYPE = "float32"  # the JAX sampler's precision: the same greedy answers (bf16 changes 10-25%)
 
 
 def get_config(shaping: ShapingConfig | None = None) -> Config:
@@ -87,7 +94,8 @@ def get_config(shaping: ShapingConfig | None = None) -> Config:
         loss=dataclasses.replace(c.loss, grouping="agent_round", filter_truncated=False, truncated_as_wrong=True),
         debate=with_protocol(dataclasses.replace(c.debate, max_sequence_length=MAX_SEQUENCE_LENGTH), PROTOCOL),
         sampler=dataclasses.replace(c.sampler, backend=SAMPLER_BACKEND, max_new_tokens=MAX_NEW_TOKENS,
-                                    temperature=TEMPERATURE),
+                                    temperature=TEMPERATURE,
+                                    vllm=dataclasses.replace(c.sampler.vllm, dtype=SAMPLER_DTYPE)),
         optimizer=dataclasses.replace(c.optimizer, peak_lr=LEARNING_RATE, end_lr=LEARNING_RATE,
                                       warmup_steps=WARMUP_STEPS, schedule="linear"),
         training=dataclasses.replace(
