@@ -24,7 +24,9 @@ if [ -d "$results/runs" ]; then
   done
 fi
 seeds=$(seq 1000 $((1000 + N - 1)))
+# the sampler as registered: the in-process JAX sampler (configs/arithmetic/ samples through the vLLM server
+# in float32 since 2026-12-06, which draws other samples); a finished run that ran another config is refused
 # shellcheck disable=SC2086
 .venv/bin/python launch/sweep.py --sweep-dir "$sweep" --quiet --configs configs/arithmetic --seeds $seeds \
-  --set "training.train_batch_size=$B" --deadline "${DEADLINE:-+170}" \
+  --set "training.train_batch_size=$B" sampler.backend=jax sampler.vllm.dtype=auto --deadline "${DEADLINE:-+170}" \
   --export "$results" --endpoint final_debate_accuracy --keep-checkpoints none

@@ -18,9 +18,10 @@ for seed in ${SEEDS:-101 102 103 104}; do
         [ -e "runs/arithmetic-v2-pilot/b$b/$(basename "$run")" ] || cp -r "$run" "runs/arithmetic-v2-pilot/b$b/"
       done
     fi
+    # the sampler as registered: the in-process JAX sampler (configs/arithmetic/ uses the vLLM server since 2026-12-06)
     .venv/bin/python launch/sweep.py --sweep-dir "runs/arithmetic-v2-pilot/b$b" --quiet \
       --configs configs/arithmetic/identity.py configs/arithmetic/coma.py --seeds "$seed" \
-      --set "training.train_batch_size=$b" \
+      --set "training.train_batch_size=$b" sampler.backend=jax sampler.vllm.dtype=auto \
       --export "results/arithmetic-v2/pilot/b$b" --endpoint final_debate_accuracy
   done
 done
