@@ -20,7 +20,10 @@ def test_two_steps_of_the_family_on_smollm2(tmp_path):
     overrides = ["training.total_train_steps=2", "training.train_batch_size=1", "data.validation_size=8",
                  "training.validation_every_steps=2", "training.checkpoint_every_steps=2",
                  "sampler.max_new_tokens=32", "logging.progress_bar=false", "logging.tensorboard=false",
-                 "data.transfer=arithmetic:templates=1+1/1x1,n=4,seed=11"]
+                 "data.transfer=arithmetic:templates=1+1/1x1,n=4,seed=11",
+                 # where .venv-vllm exists the family samples through the server: eager here, since compiling
+                 # SmolLM2 costs a fresh machine ~1 min (the compiled server: tests/test_train_vllm.py)
+                 "sampler.vllm.enforce_eager=true"]
     cmd = [sys.executable, "-m", "jaxdebate.launch", "--config", "configs/arithmetic/coma.py", "--workdir",
            str(workdir)] + [a for o in overrides for a in ("--set", o)]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200)

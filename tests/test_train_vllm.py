@@ -81,6 +81,7 @@ def test_two_arms_sample_the_same_first_step_on_the_server(tmp_path):
     base = load_config("configs/smoke.py", [
         "model.source=tiny:hidden=128,heads=2,kv_heads=1,intermediate=256,seed=3",
         "sampler.backend=vllm", "sampler.fallback=error", "sampler.vllm.dtype=float32",
+        "sampler.vllm.enforce_eager=false",  # compiled, as the arithmetic family serves it
         "sampler.vllm.kv_cache_gib=1", "sampler.vllm.max_model_len=512", "training.total_train_steps=1",
     ])
     arms = {"potential_based": base, "identity": dataclasses.replace(base, shaping=ShapingConfig("identity", {}))}

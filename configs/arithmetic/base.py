@@ -80,6 +80,9 @@ EVAL_BATCH_SIZE = 100
 MAX_TOKENS_PER_MICROBATCH = 2048
 SAMPLER_BACKEND = "vllm"
 SAMPLER_DTYPE = "float32"  # the JAX sampler's precision: the same greedy answers (bf16 changes 10-25%)
+# the server compiled (torch.compile, cached across runs): a validation ~0.75x of the eager server's, the same
+# answers; a start ~17 s longer, ~1 min the first time on a machine (bench/README "family_run")
+SAMPLER_EAGER = False
 
 
 def get_config(shaping: ShapingConfig | None = None) -> Config:
@@ -95,7 +98,8 @@ def get_config(shaping: ShapingConfig | None = None) -> Config:
         debate=with_protocol(dataclasses.replace(c.debate, max_sequence_length=MAX_SEQUENCE_LENGTH), PROTOCOL),
         sampler=dataclasses.replace(c.sampler, backend=SAMPLER_BACKEND, max_new_tokens=MAX_NEW_TOKENS,
                                     temperature=TEMPERATURE,
-                                    vllm=dataclasses.replace(c.sampler.vllm, dtype=SAMPLER_DTYPE)),
+                                    vllm=dataclasses.replace(c.sampler.vllm, dtype=SAMPLER_DTYPE,
+                                                             enforce_eager=SAMPLER_EAGER)),
         optimizer=dataclasses.replace(c.optimizer, peak_lr=LEARNING_RATE, end_lr=LEARNING_RATE,
                                       warmup_steps=WARMUP_STEPS, schedule="linear"),
         training=dataclasses.replace(
