@@ -15,9 +15,10 @@ What changes from the seeds' family, and why:
   significantly below one agent there);
 - sampling: the vLLM CPU server in float32 where ``.venv-vllm`` exists (``scripts/install_vllm.sh``), else
   the in-process JAX sampler (``sampler.fallback``, with a warning). Both decode in float32 and give the
-  same greedy answers (all 900 step-0 validation rows of a run, bench/README "family_run"); the server
-  is the faster of the two on the CPUs measured, and its seeded draws repeat run to run (every arm of
-  a seed block samples the same first step). A run's training draws depend on which of the two sampled
+  same greedy answers (all 900 step-0 validation rows of a run, bench/README "family_run"); the server,
+  compiled, validated in 0.65x the JAX sampler's time on the Xeon AMX kind (the only kind measured with
+  this family), and its seeded draws repeat run to run (every arm of a seed block samples the same
+  first step). A run's training draws depend on which of the two sampled
   it (each has its own random stream): keep a sweep's seed block on one machine with one install;
 - sizes: 48 new tokens per turn, sequences of at most 512 tokens, a 10x higher learning rate than
   the seeds' 3e-6 over 12 steps, so that a run fits about half an hour on 2 CPU cores.
