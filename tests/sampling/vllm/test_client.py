@@ -156,7 +156,7 @@ def assert_matches_reference(completions, tokens, lps, version):
 
 def test_is_a_sampler(sampler):
     assert isinstance(sampler, Sampler)
-    stats = sampler.stats()  # the start-up export counts as the sync of version 0
+    stats = sampler.stats()  # the start-up sync (the run's weights on the start directory) is version 0
     assert stats["sampler/restarts"] == 0 and stats["sync/version"] == 0 and stats["sync/export_s"] > 0
     assert sampler.server.running() and sampler.server.log_path.is_file()
     # started on the model's start directory (one path per model: vLLM's compile cache is keyed by it)
