@@ -12,14 +12,14 @@ What changes from the seeds' family, and why:
   model's 3x2 debate level with one agent where quoting whole responses halved round-2 accuracy;
   README "Base-model debate");
 - sampling: T=0.7 for training (single-agent accuracy 0.27 vs 0.21 at T=1; the debate is not
-  significantly below one agent there);
-- sampling: the vLLM CPU server in float32 where ``.venv-vllm`` exists (``scripts/install_vllm.sh``), else
-  the in-process JAX sampler (``sampler.fallback``, with a warning). Both decode in float32 and give the
-  same greedy answers (all 900 step-0 validation rows of a run, bench/README "family_run"); the server,
-  compiled, validated in 0.65x the JAX sampler's time on the Xeon AMX kind (the only kind measured with
-  this family), and its seeded draws repeat run to run (every arm of a seed block samples the same
-  first step). A run's training draws depend on which of the two sampled
-  it (each has its own random stream): keep a sweep's seed block on one machine with one install;
+  significantly below one agent there), through the vLLM CPU server in float32 where ``.venv-vllm``
+  exists (``scripts/install_vllm.sh``), else the in-process JAX sampler (``sampler.fallback``, with a
+  warning). Both decode in float32 and give the same greedy answers (all 900 step-0 validation rows of
+  a run, bench/README "family_run"); the compiled server validated in 0.65x the JAX sampler's time on
+  the Xeon AMX kind (the only kind measured with this family), and its seeded draws repeat run to run
+  (every arm of a seed block samples the same first step). A run's training draws depend on which of
+  the two sampled it (each has its own random stream): keep a sweep's seed block on one machine with
+  one install;
 - sizes: 48 new tokens per turn, sequences of at most 512 tokens, a 10x higher learning rate than
   the seeds' 3e-6 over 12 steps, so that a run fits about half an hour on 2 CPU cores.
 Still 3 agents x 2 rounds, 4 debates per prompt, GRPO with the seeds' loss settings, except:
@@ -81,8 +81,8 @@ EVAL_BATCH_SIZE = 100
 MAX_TOKENS_PER_MICROBATCH = 2048
 SAMPLER_BACKEND = "vllm"
 SAMPLER_DTYPE = "float32"  # the JAX sampler's precision: the same greedy answers (bf16 changes 10-25%)
-# the server compiled (torch.compile, cached across runs): a validation ~0.75x of the eager server's, the same
-# answers; a start ~17 s longer, ~1 min the first time on a machine (bench/README "family_run")
+# the server compiled (torch.compile, cached across runs): a validation ~0.85x of the eager server's, the same
+# answers; a start ~15 s longer, ~1 min the first time on a machine (bench/README "family_run")
 SAMPLER_EAGER = False
 
 
