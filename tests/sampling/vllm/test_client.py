@@ -483,23 +483,36 @@ def test_the_server_answers_only_its_owner(sampler, model, prompts, ref, tmp_pat
     assert sampler._sync_dir.stat().st_mode & 0o777 == 0o700
 
 
-def test_killed_server_is_restarted_and_the_loop_keeps_its_steps(sampler, model, prompts, ref):
-    """A training-like loop (sample, then sync) where the server is SIGKILLed mid-call at step 2."""
+def test_killed_server_is_restarted_and_the_loop_keeps_its_steps(sampler, model, prompts, ref, monkeypatch):
+    """A training-like loop (sample, then sync) where the server is SIGKILLed mid-call at step 2.
+
+    The kill is made by the call's own first completion request, just before it goes out, so that it
+    lands inside the call on any machine (a timer lost the race on a fast one: the call had finished);
+    the call's other requests are then in flight on the dying server or find it gone."""
     params, _ = model
     versions = [params, perturb(params, "mlp", 0.5, 7), perturb(params, "mlp", 0.5, 8), params]
     expected = [ref.greedy(p, prompts[:4], steps=200)[0] for p in versions]
     sampler.update_weights(versions[0], 100)
     restarts = sampler.restarts
     steps, killed = [], []
+    send = sampler.server.request
+    once = threading.Lock()
+
+    def kill_then_send(path, *args, **kwargs):
+        if path == "/v1/completions" and once.acquire(blocking=False):
+            pid = sampler.server.pid
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        return send(path, *args, **kwargs)
+
     for step in range(4):
         if step == 2:
-            pid = sampler.server.pid
-            timer = threading.Timer(0.3, lambda: (os.kill(pid, signal.SIGKILL), killed.append(pid)))
-            timer.start()
+            monkeypatch.setattr(sampler.server, "request", kill_then_send)
         out = sampler.generate(prompts[:4], SamplingParams(temperature=0.0, max_tokens=200))
         steps.append([list(r[0].token_ids) for r in out])
         if step == 2:
-            assert killed, "the call finished before the server was killed"
+            monkeypatch.undo()
+            assert killed, "the server was not killed during the call"
         assert {r[0].weight_version for r in out} == {100 + step}
         if step + 1 < len(versions):
             sampler.update_weights(versions[step + 1], 100 + step + 1)
