@@ -23,6 +23,11 @@ Dtype = Literal["auto", "bfloat16", "float32", "float16"]
 #: ``sync_dir``), ``push`` (the trainer uploads them over HTTP), ``auto`` (push when ``url`` names
 #: another host and no ``sync_dir`` is given, else path).
 SyncMode = Literal["auto", "path", "push"]
+#: The KV-cache block (tokens) of a CPU server when ``block_size`` is 0. vLLM's prefix cache reuses whole
+#: blocks only, and its CPU default of 128 tokens misses most of what debate prompts share: a round's
+#: prompts repeat the question and the earlier turns in heads of a few dozen tokens. The CPU attention
+#: kernels take multiples of 32 (bench/README "family_run" has the measured effect).
+CPU_BLOCK_SIZE = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +52,9 @@ class VLLMConfig(Section):
     bfloat16 on a GPU or a CPU with AVX-512 bf16/AMX, else float32
     (:func:`jaxdebate.sampling.hardware.vllm_dtype`). ``kv_cache_gib`` sets
     ``VLLM_CPU_KVCACHE_SPACE`` (CPU) or is ignored on GPU. ``max_model_len``/``max_num_seqs`` 0 keep
-    vLLM's defaults. ``sync_dir`` empty: ``/dev/shm`` when present, else the run's workdir; set, an
+    vLLM's defaults. ``block_size`` is the KV-cache block in tokens, the unit its prefix cache reuses:
+    0 takes :data:`CPU_BLOCK_SIZE` on the CPU build (a multiple of 32 there) and vLLM's default on a GPU.
+    ``sync_dir`` empty: ``/dev/shm`` when present, else the run's workdir; set, an
     absolute path (``~`` allowed).
     ``max_restarts`` bounds restarts of a dead server within one call; ``max_concurrency`` bounds
     concurrent HTTP requests. ``extra_args`` go to vLLM verbatim.
@@ -61,6 +68,7 @@ class VLLMConfig(Section):
     kv_cache_gib: int = 2
     max_model_len: int = 0
     max_num_seqs: int = 0
+    block_size: int = 0
     gpu_memory_utilization: float = 0.5
     startup_timeout_s: float = 600.0
     request_timeout_s: float = 600.0
@@ -78,14 +86,15 @@ class VLLMConfig(Section):
         if not self.url and not self.python.strip():
             self._fail("python", "must name the vLLM virtualenv's interpreter")
         self._positive("kv_cache_gib", "startup_timeout_s", "request_timeout_s", "max_concurrency")
-        self._at_least(0, "max_model_len", "max_num_seqs", "max_restarts")
+        self._at_least(0, "max_model_len", "max_num_seqs", "block_size", "max_restarts")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             self._fail("gpu_memory_utilization", "must be in (0, 1]")
         if self.sync_dir and not Path(os.path.expanduser(self.sync_dir)).is_absolute():
             self._fail("sync_dir", "must be an absolute path (the server resolves it, from its own cwd)")
         if self.sync == "push" and not self.url:
             self._fail("sync", "'push' needs sampler.vllm.url: a server jaxdebate starts reads the sync dir")
-        reserved = {"--model", "--port", "--host", "--dtype", "--logprobs-mode", "--worker-extension-cls"}
+        reserved = {"--model", "--port", "--host", "--dtype", "--logprobs-mode", "--worker-extension-cls",
+                    "--block-size"}
         clash = sorted(a.split("=")[0] for a in self.extra_args if a.split("=")[0] in reserved)
         if clash:
             self._fail("extra_args", f"must not set {clash} (jaxdebate sets them)")
@@ -101,13 +110,19 @@ class VLLMConfig(Section):
         return (repo_root() / path).absolute()
 
     def resolved(self) -> tuple[VLLMConfig, str]:
-        """This config with ``dtype='auto'`` replaced by the machine's choice, and the reason."""
+        """This config with ``dtype='auto'`` replaced by the machine's choice, and the reason; for a CPU
+        server it starts, ``block_size`` 0 replaced by :data:`CPU_BLOCK_SIZE`."""
         from jaxdebate.sampling.hardware import is_cpu_build, vllm_dtype
 
         external = bool(self.url)
         cpu = not external and is_cpu_build(self.python_path())
         dtype, why = vllm_dtype(self.dtype, external=external, cpu_build=cpu)
-        return dataclasses.replace(self, dtype=dtype), why
+        block_size = self.block_size
+        if cpu:
+            block_size = block_size or CPU_BLOCK_SIZE
+            if block_size % 32:
+                self._fail("block_size", f"is {block_size}: vLLM's CPU attention needs a multiple of 32")
+        return dataclasses.replace(self, dtype=dtype, block_size=block_size), why
 
     def installed(self) -> bool:
         """True when this config can reach a server: a URL, or an existing server interpreter."""

@@ -39,6 +39,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kv-cache-gib", type=int, default=VLLMConfig.kv_cache_gib)
     parser.add_argument("--max-model-len", type=int, default=0)
     parser.add_argument("--max-num-seqs", type=int, default=0)
+    parser.add_argument("--block-size", type=int, default=0,
+                        help="KV-cache block in tokens (0: 32 on the CPU build, vLLM's default on a GPU)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=VLLMConfig.gpu_memory_utilization)
     parser.add_argument("--startup-timeout-s", type=float, default=VLLMConfig.startup_timeout_s)
     parser.add_argument("--seed", type=int, default=0)
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = VLLMConfig(python=args.python, dtype=args.dtype, kv_cache_gib=args.kv_cache_gib,
                             max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
-                            gpu_memory_utilization=args.gpu_memory_utilization,
+                            block_size=args.block_size, gpu_memory_utilization=args.gpu_memory_utilization,
                             startup_timeout_s=args.startup_timeout_s, seed=args.seed, extra_args=tuple(args.extra))
         server = VLLMServer(config, args.workdir, args.model, host=args.host, port=args.port, api_key=key)
     except ConfigError as e:

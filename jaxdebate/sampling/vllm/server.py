@@ -108,6 +108,8 @@ def server_args(config: VLLMConfig, model_dir: Path, port: int, *, cpu: bool, ho
         args += ["--max-model-len", str(config.max_model_len)]
     if config.max_num_seqs:
         args += ["--max-num-seqs", str(config.max_num_seqs)]
+    if config.block_size:
+        args += ["--block-size", str(config.block_size)]
     if not cpu:
         args += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
     user = {a.split("=")[0] for a in config.extra_args}

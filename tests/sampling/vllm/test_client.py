@@ -65,7 +65,7 @@ def prompts(tokenizer):
     short = [tokenizer.encode_chat([{"role": "user", "content": q}]) for q in QUESTIONS]
     story = " ".join(f"Agent {i % 3} says the answer is {i * 7 % 13}." for i in range(40))
     long = tokenizer.encode_chat([{"role": "user", "content": story}])
-    assert all(len(p) < 128 for p in short) and len(long) > 256  # vLLM's CPU KV block is 128 tokens
+    assert all(len(p) < 128 for p in short) and len(long) > 256  # several of the CPU server's 32-token KV blocks
     return short + [long]
 
 
@@ -329,6 +329,29 @@ def test_identical_long_prompt_across_a_sync_is_recomputed(sampler, model, promp
     sampler.update_weights(noisy, 9)
     tokens, lps = ref.greedy(noisy, long)
     assert_matches_reference(greedy(sampler, long), tokens, lps, version=9)
+
+
+def _prefix_cache_hits(server) -> float:
+    """vLLM's counter of prompt tokens served from its prefix cache (``GET /metrics``)."""
+    text = server.request("/metrics", method="GET", parse=False)
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:prefix_cache_hits_total"))
+
+
+def test_a_shared_prompt_head_of_three_blocks_is_served_from_the_prefix_cache(sampler, model, prompts, ref):
+    """The CPU server's 32-token KV blocks (sampler.vllm.block_size 0): a second prompt that shares a
+    100-token head with the first is prefilled from 3 cached blocks (96 tokens), which vLLM's CPU
+    default of 128-token blocks would not reuse at all, and its answer is still the JAX sampler's."""
+    params, _ = model
+    sampler.update_weights(params, 14)  # a sync empties the prefix cache
+    head = prompts[-1][:100]
+    first, second = head + prompts[0][-8:], head + prompts[1][-8:]
+    greedy(sampler, [first])
+    before = _prefix_cache_hits(sampler.server)
+    out = greedy(sampler, [second])
+    assert _prefix_cache_hits(sampler.server) - before == 96
+    tokens, lps = ref.greedy(params, [second])
+    assert_matches_reference(out, tokens, lps, version=14)
 
 
 def test_bare_reload_shows_both_cpu_pitfalls(sampler, model, prompts, ref, tmp_path):

