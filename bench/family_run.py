@@ -3,6 +3,7 @@
     .venv/bin/python bench/family_run.py                                  # configs/arithmetic/identity.py
     .venv/bin/python bench/family_run.py --set training.total_train_steps=2   # a quick look
     .venv/bin/python bench/family_run.py --config configs/smoke.py        # the harness on the tiny model
+    .venv/bin/python bench/family_run.py --shared-server                  # as a sweep's later runs: on its server
 
 Runs ``python -m jaxdebate.launch`` in a child process (a fresh workdir, the persistent XLA cache of
 a normal run unless ``--cold``) and splits its wall time into: start-up (interpreter, imports, data,
@@ -42,11 +43,11 @@ sys.exit(code)
 """
 
 
-def run(config: str, overrides: list[str], workdir: Path, *, cold: bool) -> dict:
+def run(config: str, overrides: list[str], workdir: Path, *, cold: bool, extra_env: dict[str, str]) -> dict:
     from jaxdebate import host_memory
 
     # the environment `python -m jaxdebate.launch` re-executes itself with (the child calls main() directly)
-    env = host_memory.tuned_environ(os.environ) or dict(os.environ)
+    env = dict(host_memory.tuned_environ(os.environ) or os.environ, **extra_env)
     if cold:
         env["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="family-run-xla-")
     argv = [sys.executable, "-c", _CHILD, "--config", config, "--workdir", str(workdir),
@@ -73,11 +74,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE")
     parser.add_argument("--cold", action="store_true", help="an empty XLA cache (compile everything)")
     parser.add_argument("--keep", help="keep the run's workdir here instead of a temporary one")
+    parser.add_argument("--shared-server", action="store_true",
+                        help="start the vLLM server first, untimed, and run on it, as a local sweep's runs do")
     args = parser.parse_args(argv)
+    from jaxdebate.configlib import apply_overrides, load_config
     from jaxdebate.sampling.hardware import cpu_kind
+    from jaxdebate.sweep_server import SweepServer
 
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="family-run-")) / "run"
-    result = run(args.config, args.overrides, workdir, cold=args.cold)
+    with SweepServer(Path(tempfile.mkdtemp(prefix="family-run-server-"))) as server:
+        extra_env = server.env_for(apply_overrides(load_config(args.config), args.overrides)) if args.shared_server else {}
+        if args.shared_server and not extra_env:
+            sys.exit("--shared-server: this config does not sample on a vLLM server it would start")
+        result = run(args.config, args.overrides, workdir, cold=args.cold, extra_env=extra_env)
     print(json.dumps(result, indent=1))
     split = ", ".join([f"start-up {result['startup_s']:.0f} s"]
                       + [f"{p} {s:.0f} s" for p, s in result["phases"].items()]

@@ -10,6 +10,7 @@ shaping section for another config (e.g. ``configs/smoke.py``), which is how CI 
 from __future__ import annotations
 
 import dataclasses
+import contextlib
 import datetime
 import json
 import os
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import resource
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from jaxdebate.config import LaunchConfig
 from jaxdebate.configlib import apply_overrides, load_config, to_dict
 from jaxdebate.errors import ConfigError
 from jaxdebate.processes import pid_alive
+from jaxdebate.sweep_server import SweepServer
 from jaxdebate.provenance import provenance
 from jaxdebate.sweep_plan import REPO_ROOT, RunSpec
 from jaxdebate.sweep_runs import final_metrics
@@ -108,8 +110,9 @@ def task_rank(env: dict[str, str] | None = None) -> int:
     return int(env.get("SLURM_PROCID", "0")) if int(env.get("SLURM_NTASKS", "1")) > 1 else 0
 
 
-def execute(spec: RunSpec, *, echo: bool = True) -> dict[str, Any]:
-    """Run one spec to completion in a child process; returns its final state.
+def execute(spec: RunSpec, *, echo: bool = True, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Run one spec to completion in a child process (``env`` added to its environment); returns its
+    final state.
 
     Output goes to ``<workdir>/launch.log`` (and the terminal when ``echo``). SIGTERM/SIGINT to this
     process are forwarded to the child, which checkpoints before exiting. In task ``r > 0`` of a
@@ -135,7 +138,7 @@ def execute(spec: RunSpec, *, echo: bool = True) -> dict[str, Any]:
     )
     write_state(workdir, state)
     cpu_before = _children_cpu_seconds()
-    returncode = _run_child(spec, workdir / "launch.log", echo=echo,
+    returncode = _run_child(spec, workdir / "launch.log", echo=echo, env=env,
                             header=f"attempt {attempts} at {time.ctime(started)}: {state['command']}")
     wall = float(state.get("wall_time_s", 0.0)) + time.time() - started
     # CPU seconds (user + system) of the training process: a cost that other load on the machine
@@ -157,9 +160,10 @@ def _children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _run_child(spec: RunSpec, log_path: Path, *, echo: bool, header: str) -> int:
+def _run_child(spec: RunSpec, log_path: Path, *, echo: bool, header: str,
+               env: Mapping[str, str] | None = None) -> int:
     """The run's launch command in a child process, its output appended to ``log_path``; its exit status."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     # Runs of one sweep compile the same programs: share XLA's persistent compilation cache.
     env.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(spec.workdir).parent / ".jax_cache"))
     with open(log_path, "a") as log:
@@ -274,9 +278,13 @@ def run_sweep(
     after_run: Callable[[RunSpec, dict[str, Any]], None] | None = None,
     deadline: float | None = None,
     keep_checkpoints: str = "all",
+    share_server: bool = True,
 ) -> list[dict[str, Any]]:
     """Run (or submit) every unfinished run; return one summary row per run. ``after_run(spec,
     state)`` is called after each local run ends (e.g. to export the results so far).
+
+    ``share_server`` (local executor): runs that would each start the same vLLM server sample on one
+    that the sweep starts and keeps (``jaxdebate.sampling.vllm.shared``), which saves each run its start.
 
     ``keep_checkpoints`` (``all``, ``last`` or ``none``): what a finished run keeps of its orbax
     checkpoints, applied here to every run found or left ``done`` (local executor); see
@@ -296,6 +304,17 @@ def run_sweep(
     (sweep_dir / "sweep.json").write_text(
         json.dumps({"executor": executor, "runs": [dataclasses.asdict(r) for r in runs]}, indent=2)
     )
+    sharing = share_server and executor == "local"
+    with SweepServer(sweep_dir / "shared-server") if sharing else contextlib.nullcontext() as shared:
+        jobs = _run_all(runs, executor, sweep_dir, wait, echo, after_run, deadline, keep_checkpoints, shared)
+    if executor == "slurm" and wait:
+        for _spec, job in jobs:
+            job.wait()
+    return run_statuses(runs)
+
+
+def _run_all(runs, executor, sweep_dir, wait, echo, after_run, deadline, keep_checkpoints, shared) -> list:
+    """:func:`run_sweep`'s loop over the runs; the jobs submitted (SLURM, submitit)."""
     jobs = []
     begun: set[int] = set()  # seeds whose block this call has begun
     for i, spec in enumerate(runs, 1):
@@ -317,7 +336,8 @@ def run_sweep(
         verb = "resuming" if status in ("interrupted", "failed") else "starting"
         print(f"[sweep] {i}/{len(runs)} {spec.name}: {verb} ({executor})", flush=True)
         if executor == "local":
-            state = execute(spec, echo=echo)
+            env = shared.env_for(apply_overrides(load_config(spec.config_path), spec.overrides)) if shared else {}
+            state = execute(spec, echo=echo, env=env)
             if state.get("status") == "done":
                 _prune_finished(spec, keep_checkpoints)
             if after_run is not None:
@@ -333,10 +353,7 @@ def run_sweep(
         if executor == "submitit_local" and wait:
             # One at a time: local runs share this machine's cores and memory.
             job.result()
-    if executor == "slurm" and wait:
-        for _spec, job in jobs:
-            job.wait()
-    return run_statuses(runs)
+    return jobs
 
 
 def prune_checkpoints(workdir: str | Path, keep: str) -> int:

@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="what a finished local run keeps of its orbax checkpoints: all (default), the "
                              "last step, or none; metrics and validation rows always stay (a long sweep "
                              "cannot keep ~3 GB per run)")
+    parser.add_argument("--no-shared-server", action="store_true",
+                        help="local: every run starts its own vLLM server (default: runs that would start the "
+                             "same one sample on one server the sweep keeps, which saves each its ~30 s start)")
     args = parser.parse_args(argv)
     try:
         deadline = parse_deadline(args.deadline) if args.deadline else None
@@ -92,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             rows = run_sweep(runs, executor=executor, sweep_dir=args.sweep_dir,
                              wait=not args.no_wait, echo=not args.quiet,
                              after_run=_exporter(args.sweep_dir, args.export, args.endpoint) if args.export else None,
-                             deadline=deadline, keep_checkpoints=args.keep_checkpoints)
+                             deadline=deadline, keep_checkpoints=args.keep_checkpoints,
+                             share_server=not args.no_shared_server)
         except ConfigError as e:  # raised before any run starts (e.g. finished runs of another design)
             print(f"sweep: invalid configuration: {e}", file=sys.stderr)
             return 2

@@ -25,7 +25,7 @@ LAYERS = (
     ("rl",),
     ("config",),
     ("checkpoint", "train", "eval", "launch", "transcripts", "analysis", "sweep_runs", "sweep_plots", "sweep_stats", "sweep_report", "run_endpoints", "run_items", "answer_profile",
-     "sweep_plan", "sweep", "pilot", "provenance",
+     "sweep_plan", "sweep", "sweep_server", "pilot", "provenance",
      "coherence", "jaxdebate"),
 )
 LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}

@@ -67,14 +67,20 @@ def test_server_killed_mid_run_the_run_finishes_with_every_step(tmp_path):
         os.killpg(killed[0], 0)
 
 
-def test_two_arms_sample_the_same_first_step_on_the_server(tmp_path):
+def test_two_arms_sample_the_same_first_step_on_the_server(tmp_path, monkeypatch):
     """Common random numbers through the server (the arithmetic family's sampler): with one seed and the
     same initial weights, two arms' first steps sample the same debates token for token, from two server
     processes; only the credit given to them differs. The JAX sampler's twin is test_sweep's
-    ``test_the_arms_of_a_seed_block_sample_the_same_first_step``."""
+    ``test_the_arms_of_a_seed_block_sample_the_same_first_step``.
+
+    The same holds on a sweep's shared server (``jaxdebate.sampling.vllm.shared``): the second arm runs
+    on it, and then the first arm again, which samples, grades and credits as its own-server run did,
+    although the server served another run before it."""
     import dataclasses
 
     from jaxdebate.metrics import read_metrics
+    from jaxdebate.sampling.vllm.shared import ENV
+    from jaxdebate.sweep_server import SweepServer
     from jaxdebate.shaping import ShapingConfig
     from jaxdebate.train import Trainer
 
@@ -86,14 +92,26 @@ def test_two_arms_sample_the_same_first_step_on_the_server(tmp_path):
     ])
     arms = {"potential_based": base, "identity": dataclasses.replace(base, shaping=ShapingConfig("identity", {}))}
     first = {}
-    for name, config in arms.items():
-        assert Trainer(config, tmp_path / name).run().status == "finished"
-        first[name] = next(r for r in read_metrics(tmp_path / name) if r.get("step") == 1)
+    with SweepServer(tmp_path / "shared-server") as sweep_server:
+        for name, config, shared in [("potential_based", base, False), ("identity", arms["identity"], True),
+                                     ("potential_based_shared", base, True)]:
+            if shared:
+                monkeypatch.setenv(ENV, sweep_server.env_for(config)[ENV])
+            assert Trainer(config, tmp_path / name).run().status == "finished"
+            first[name] = next(r for r in read_metrics(tmp_path / name) if r.get("step") == 1)
+            assert first[name]["sampler/shared_server"] == float(shared)
+            assert (tmp_path / name / "vllm" / "server.log").is_file() != shared  # no server of its own
     fingerprints = {r["train/samples_fingerprint"] for r in first.values()}
     assert len(fingerprints) == 1 and first["identity"]["batch/completion_tokens"] > 0
     assert first["identity"]["train/accuracy"] == first["potential_based"]["train/accuracy"]
     shaped = {name: tuple(r[k] for k in sorted(r) if k.startswith("train/reward/shaped/")) for name, r in first.items()}
     assert len(set(shaped.values())) == 2  # the arms differ in the credit they give the same samples
+    # the draws, their grades and the credit given to them, not the learner's figures: the server's
+    # log-probs move by ~1e-9 between any two server processes, own or shared (vLLM batches concurrent
+    # requests as they arrive), and the loss's importance weights with them
+    same = [{k: v for k, v in first[name].items() if k.startswith(("train/", "batch/"))}
+            for name in ("potential_based", "potential_based_shared")]
+    assert len(same[0]) > 20 and same[0] == same[1]
 
 
 def test_an_unsupported_head_dim_fails_once_before_any_server_starts(tmp_path):

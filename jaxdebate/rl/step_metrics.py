@@ -19,6 +19,7 @@ from jaxdebate.shaping import advantage_metrics
 
 # Keys that vary between otherwise identical runs (wall-clock, what this process has compiled so far).
 NONDETERMINISTIC_PREFIXES = ("time", "time/", "throughput/", "sampler/concurrency", "sampler/compiled_",
+                             "sampler/shared_server",  # where it ran: a sweep's shared server, or its own
                              "sampler/prefill_seconds", "sampler/decode_seconds", "sync/")
 _FILTER_KEYS = ("zero_advantage_fraction", "truncated_fraction", "kept_fraction", "n_kept")
 

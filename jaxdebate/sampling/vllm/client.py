@@ -25,6 +25,7 @@ import hashlib
 import logging
 import math
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -39,6 +40,7 @@ from jaxdebate.sampling.hardware import check_cpu_head_dim, is_cpu_build
 from jaxdebate.sampling.vllm.rwlock import ReadWriteLock
 from jaxdebate.sampling.vllm.config import VLLMConfig
 from jaxdebate.sampling.vllm.server import SERVED_MODEL_NAME, ServerUnavailable, VLLMServer
+from jaxdebate.sampling.vllm.shared import attach
 from jaxdebate.sampling.vllm.delivery import PathDelivery, PushDelivery, SyncFiles, WeightDelivery
 from jaxdebate.sampling.vllm.delivery import new_sync_dir as _new_sync_dir
 from jaxdebate.sampling.vllm.delivery import start_dir
@@ -73,9 +75,13 @@ class VLLMSampler:
         model_config: Any = None,
         stop_token_ids: Sequence[int] = (),
         weight_version: int = 0,
+        own_config: VLLMConfig | None = None,
     ) -> None:
+        """``own_config``: ``server`` is a sweep's shared server (:mod:`.shared`), and this is the config
+        of the server to start on ``model_dir`` should it be lost."""
         self.server = server
         self.config: VLLMConfig = server.config
+        self._own_config = own_config
         self._model_dir = Path(model_dir) if model_dir is not None else None
         self._sync_dir = Path(sync_dir) if sync_dir is not None else None
         self._delivery: WeightDelivery = PushDelivery() if sync_dir is None else PathDelivery(self._sync_dir)
@@ -126,9 +132,21 @@ class VLLMSampler:
         # The server starts on one directory per model, the same path for every run (vLLM caches its
         # compiled kernels by it), and gets ``params`` as its first sync; a restart does the same.
         model_dir = start_dir(params, model_config, tokenizer, config.dtype)
-        return cls._started(VLLMServer(config, workdir, model_dir), _new_sync_dir(config, workdir), model_dir,
-                            model_config, stops, weight_version,
-                            then=lambda sampler: sampler.update_weights(params, weight_version))
+        shared = attach(config, model_dir)
+        server = VLLMServer(config, workdir, model_dir)
+        if shared is not None:  # the sweep's server: the one this run would start, already running
+            on_shared = VLLMServer(dataclasses.replace(config, url=shared.url), workdir, model_dir, api_key=shared.key)
+            if on_shared.healthy(timeout=10.0):
+                print(f"[jaxdebate] sampling on the sweep's vLLM server at {shared.url}, started as this run would "
+                      "start its own (sampler/shared_server)", file=sys.stderr)
+                server = on_shared
+            else:
+                print(f"[jaxdebate] the sweep's vLLM server at {shared.url} does not answer: starting this run's own",
+                      file=sys.stderr)
+                shared = None
+        return cls._started(server, _new_sync_dir(config, workdir), model_dir, model_config, stops, weight_version,
+                            then=lambda sampler: sampler.update_weights(params, weight_version),
+                            own_config=config if shared is not None else None)
 
     @classmethod
     def from_dir(
@@ -164,13 +182,14 @@ class VLLMSampler:
 
     @classmethod
     def _started(cls, server: VLLMServer, sync_dir: Path | None, model_dir: str | Path | None, model_config: Any,
-                 stop_token_ids: Sequence[int], weight_version: int, then=None) -> VLLMSampler:
+                 stop_token_ids: Sequence[int], weight_version: int, then=None,
+                 own_config: VLLMConfig | None = None) -> VLLMSampler:
         """Start ``server`` (or check the external one) and wrap it, then run ``then(sampler)``; on any
         failure the server is stopped (a no-op for an external one) and ``sync_dir`` removed."""
         try:
             server.start()
             sampler = cls(server, model_dir=model_dir, sync_dir=sync_dir, model_config=model_config,
-                          stop_token_ids=stop_token_ids, weight_version=weight_version)
+                          stop_token_ids=stop_token_ids, weight_version=weight_version, own_config=own_config)
             if then is not None:
                 then(sampler)
             return sampler
@@ -198,8 +217,9 @@ class VLLMSampler:
         return self.syncs[-1] if self.syncs else None
 
     def stats(self) -> dict[str, float]:
-        """Server restarts so far and the last weight sync's version and latency."""
-        out = {"sampler/restarts": float(self.restarts)}
+        """Server restarts so far, whether the server is a sweep's shared one, and the last weight sync's
+        version and latency."""
+        out = {"sampler/restarts": float(self.restarts), "sampler/shared_server": float(self._own_config is not None)}
         sync = self.last_sync
         if sync is not None:
             out.update({"sync/version": float(sync.version), "sync/export_s": sync.export_s,
@@ -411,7 +431,7 @@ class VLLMSampler:
 
     def _recover(self, error: Exception, epoch: int) -> None:
         """After lost requests: restart a dead or silent server (once per failure), or wait."""
-        if self.server.external:
+        if self.server.external and self._own_config is None:
             self._wait_external(error)
             return
         with self._restart_lock:
@@ -427,7 +447,12 @@ class VLLMSampler:
         log.warning("restarting the vLLM server from %s%s (weights version %d): %s", self._model_dir,
                     " + the last sync file" if self._synced else "", self._version, reason)
         self.restarts += 1
-        self.server.restart(self._model_dir)
+        if self._own_config is not None:  # the sweep's shared server is lost: go on with one of our own
+            self.server = VLLMServer(self._own_config, self.server.state_dir.parent, self._model_dir)
+            self.config, self._own_config = self.server.config, None
+            self.server.start()
+        else:
+            self.server.restart(self._model_dir)
         if self._synced is not None:
             self._load(self._synced)
         self._refresh_model_info()

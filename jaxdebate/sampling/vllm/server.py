@@ -187,7 +187,7 @@ class VLLMServer:
                  host: str = "127.0.0.1", port: int = 0, api_key: str | None = None) -> None:
         """``host``/``port``: where a started server listens (port 0: a free one); ``api_key``: its
         bearer key (default: a new random key per start). For a server given by ``config.url`` the
-        key is ``$VLLM_API_KEY``."""
+        key is ``api_key``, else ``$VLLM_API_KEY``."""
         self.config, self.dtype_reason = config.resolved()
         # absolute: the server runs with its state dir as cwd, where relative paths would not resolve
         self.state_dir = Path(workdir).resolve() / "vllm"
@@ -199,7 +199,7 @@ class VLLMServer:
         self._log_file = None
         self._socket_dir: Path | None = None
         self._host, self._port, self._api_key = host, int(port), api_key
-        self._key = os.environ.get("VLLM_API_KEY", "") if self.external else ""
+        self._key = (api_key or os.environ.get("VLLM_API_KEY", "")) if self.external else ""
 
     # ------------------------------------------------------------------------------------ lifecycle
 
@@ -207,6 +207,11 @@ class VLLMServer:
     def external(self) -> bool:
         """True when the server was given by URL (jaxdebate neither starts nor restarts it)."""
         return bool(self.config.url)
+
+    @property
+    def key(self) -> str:
+        """The bearer key requests carry (a started server's changes at every start)."""
+        return self._key
 
     @property
     def pid(self) -> int | None:

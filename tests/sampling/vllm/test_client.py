@@ -561,6 +561,40 @@ def test_a_sync_that_finds_the_server_dead_restarts_it_with_the_new_weights(samp
     sampler.update_weights(params, 301)
 
 
+def test_a_run_on_a_shared_server_that_dies_goes_on_with_its_own(sampler, model, tokenizer, prompts, ref,
+                                                                 monkeypatch, tmp_path):
+    """A sweep's shared server (``jaxdebate.sampling.vllm.shared``; here the module's server, which is the
+    one this config starts): a second sampler built with the same config samples on it instead of
+    starting one, and when it dies mid-call goes on with a server of its own, which loads the last sync
+    and answers as the JAX sampler does."""
+    from jaxdebate.sampling.vllm.client import VLLMSampler
+    from jaxdebate.sampling.vllm.shared import ENV, SharedServer, server_digest
+
+    params, config = model
+    shared = SharedServer(sampler.server.url, sampler.server.key, server_digest(sampler.config, sampler.model_dir))
+    monkeypatch.setenv(ENV, shared.env()[ENV])
+    first = perturb(params, "mlp", 0.5, 11)
+    expected = ref.greedy(first, prompts[:4], steps=64)[0]
+    with VLLMSampler.from_params(first, config, workdir=tmp_path / "run", config=sampler.config,
+                                 tokenizer=tokenizer, weight_version=1) as run:
+        assert run.server.external and run.server.url == sampler.server.url and run.stats()["sampler/shared_server"] == 1
+        assert not (tmp_path / "run" / "vllm" / "server.log").exists()  # nothing started
+        send, killed = run.server.request, []
+
+        def kill_then_send(path, *args, **kwargs):
+            if path == "/v1/completions" and not killed:
+                killed.append(sampler.server.pid)
+                os.kill(sampler.server.pid, signal.SIGKILL)
+            return send(path, *args, **kwargs)
+
+        monkeypatch.setattr(run.server, "request", kill_then_send)
+        out = run.generate(prompts[:4], SamplingParams(temperature=0.0, max_tokens=64))
+        assert killed and run.restarts == 1 and not run.server.external and run.stats()["sampler/shared_server"] == 0
+        assert [list(r[0].token_ids) for r in out] == expected and {r[0].weight_version for r in out} == {1}
+        assert (tmp_path / "run" / "vllm" / "server.log").is_file()
+    sampler.update_weights(params, 2)  # the module's server, killed above, is restarted by its next sync
+
+
 def test_greedy_memo_streams_and_answers_repeats_once(sampler, model, prompts, ref):
     """The validation's greedy memo over the streaming server: a repeat submitted while its first
     request is in flight, and one submitted after it finished, get the server's answer on futures of
