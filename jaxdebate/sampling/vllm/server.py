@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from jaxdebate import host_memory
 from jaxdebate.errors import ConfigError, SamplerError
 from jaxdebate.processes import group_alive, pid_alive, wait_until
 from jaxdebate.sampling.hardware import is_cpu_build, vllm_dtype
@@ -145,6 +146,9 @@ def server_env(config: VLLMConfig, state_dir: Path, socket_dir: Path, ext_dir: P
     from jaxdebate.model.sources import cache_dir
 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    # the trainer's malloc (huge pages), whoever starts the server: a sweep's shared server is started by
+    # the sweep process, which `python -m jaxdebate.launch`'s re-exec does not tune
+    env = host_memory.tuned_environ(env) or env
     cache = cache_dir() / "vllm"  # keyed by content (torch inductor, triton, vLLM), safe to share
     env.update(
         PYTHONPATH=str(ext_dir),

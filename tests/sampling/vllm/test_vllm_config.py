@@ -13,6 +13,7 @@ import pytest
 from jaxdebate.errors import ConfigError, SamplerError
 from jaxdebate.sampling.vllm.config import VLLMConfig, repo_root
 from jaxdebate.sampling.vllm.client import request_seed
+from jaxdebate import host_memory
 from jaxdebate.sampling.vllm.server import VLLMServer, free_port, server_args, server_env
 
 
@@ -92,6 +93,11 @@ def test_server_command_and_environment(tmp_path, monkeypatch):
     assert env["VLLM_TARGET_DEVICE"] == "cpu" and env["VLLM_CPU_KVCACHE_SPACE"] == "3"
     assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" and env["VLLM_SERVER_DEV_MODE"] == "1"
     assert env["PYTHONPATH"] == str(tmp_path / "ext")
+    if host_memory.tuned_environ({}) is not None:  # glibc Linux: the trainer's malloc, whoever starts it
+        monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+        monkeypatch.delenv(host_memory.SWITCH, raising=False)  # the suite turns the tuning off (conftest)
+        tuned = server_env(cfg, tmp_path / "state", tmp_path / "sock", tmp_path / "ext", cpu=True, key="k")
+        assert host_memory.TUNABLE in tuned["GLIBC_TUNABLES"]
     for key in ("VLLM_CONFIG_ROOT", "TMPDIR"):  # this run's own
         assert env[key].startswith((str(tmp_path / "state"), str(tmp_path / "sock"))), key
     for key in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):  # compiled kernels: the machine's
