@@ -16,7 +16,8 @@ What changes from the seeds' family, and why:
   exists (``scripts/install_vllm.sh``), else the in-process JAX sampler (``sampler.fallback``, with a
   warning). Both decode in float32 and give the same greedy answers (all 900 step-0 validation rows of
   a run, bench/README "family_run"); the compiled server validated in 0.65x the JAX sampler's time on
-  the Xeon AMX kind (the only kind measured with this family), and its seeded draws repeat run to run
+  the Xeon AMX kind (the only kind measured with this family), ~0.75x of that again with the CPU
+  server's 32-token KV blocks (``sampler.vllm.block_size``), and its seeded draws repeat run to run
   (every arm of a seed block samples the same first step). A run's training draws depend on which of
   the two sampled it (each has its own random stream): keep a sweep's seed block on one machine with
   one install;
