@@ -9,8 +9,8 @@ shaping section for another config (e.g. ``configs/smoke.py``), which is how CI 
 
 from __future__ import annotations
 
-import dataclasses
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -31,10 +31,10 @@ from jaxdebate.config import LaunchConfig
 from jaxdebate.configlib import apply_overrides, load_config, to_dict
 from jaxdebate.errors import ConfigError
 from jaxdebate.processes import pid_alive
-from jaxdebate.sweep_server import SweepServer
 from jaxdebate.provenance import provenance
 from jaxdebate.sweep_plan import REPO_ROOT, RunSpec
 from jaxdebate.sweep_runs import final_metrics
+from jaxdebate.sweep_server import SweepServer
 
 EXECUTORS = ("local", "submitit_local", "slurm")
 RUN_FILE = "run.json"

@@ -20,7 +20,6 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from jaxdebate.sampling.hardware import is_cpu_build
 from jaxdebate.sampling.vllm.config import VLLMConfig
