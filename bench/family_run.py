@@ -17,6 +17,7 @@ CPU flags, so before/after figures of the same machine can be compared (bench/RE
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -82,9 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     from jaxdebate.sweep_server import SweepServer
 
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="family-run-")) / "run"
-    with SweepServer(Path(tempfile.mkdtemp(prefix="family-run-server-"))) as server:
-        extra_env = server.env_for(apply_overrides(load_config(args.config), args.overrides)) if args.shared_server else {}
-        if args.shared_server and not extra_env:
+    with SweepServer(Path(tempfile.mkdtemp(prefix="family-run-server-"))) if args.shared_server else (
+            contextlib.nullcontext()) as server:
+        extra_env = server.env_for(apply_overrides(load_config(args.config), args.overrides)) if server else {}
+        if server and not extra_env:
             sys.exit("--shared-server: this config does not sample on a vLLM server it would start")
         result = run(args.config, args.overrides, workdir, cold=args.cold, extra_env=extra_env)
     print(json.dumps(result, indent=1))

@@ -305,55 +305,49 @@ def run_sweep(
         json.dumps({"executor": executor, "runs": [dataclasses.asdict(r) for r in runs]}, indent=2)
     )
     sharing = share_server and executor == "local"
+    jobs = []
     with SweepServer(sweep_dir / "shared-server") if sharing else contextlib.nullcontext() as shared:
-        jobs = _run_all(runs, executor, sweep_dir, wait, echo, after_run, deadline, keep_checkpoints, shared)
+        begun: set[int] = set()  # seeds whose block this call has begun
+        for i, spec in enumerate(runs, 1):
+            status = effective_status(spec)
+            if status == "done":
+                print(f"[sweep] {i}/{len(runs)} {spec.name}: finished, skipped", flush=True)
+                _prune_finished(spec, keep_checkpoints)
+                continue
+            if status == "running":
+                print(f"[sweep] {i}/{len(runs)} {spec.name}: running elsewhere, skipped", flush=True)
+                continue
+            if deadline is not None and executor == "local" and spec.seed not in begun:
+                need, left = block_seconds(runs, i - 1), deadline - time.time()
+                if need is not None and need > left:
+                    print(f"[sweep] stopping before {spec.name}: the rest of seed {spec.seed}'s block needs "
+                          f"~{need / 60:.0f} min, {max(left, 0) / 60:.0f} min left before the deadline", flush=True)
+                    break
+            begun.add(spec.seed)
+            verb = "resuming" if status in ("interrupted", "failed") else "starting"
+            print(f"[sweep] {i}/{len(runs)} {spec.name}: {verb} ({executor})", flush=True)
+            if executor == "local":
+                env = shared.env_for(apply_overrides(load_config(spec.config_path), spec.overrides)) if shared else {}
+                state = execute(spec, echo=echo, env=env)
+                if state.get("status") == "done":
+                    _prune_finished(spec, keep_checkpoints)
+                if after_run is not None:
+                    after_run(spec, state)
+                continue
+            job = make_executor(executor, sweep_dir / "submitit", spec).submit(SubmititRun(spec))
+            state = read_state(spec.workdir)
+            state.update(name=spec.name, job_id=str(job.job_id), executor=executor)
+            if executor == "slurm":
+                state["status"] = "submitted"
+            write_state(spec.workdir, state)
+            jobs.append((spec, job))
+            if executor == "submitit_local" and wait:
+                # One at a time: local runs share this machine's cores and memory.
+                job.result()
     if executor == "slurm" and wait:
         for _spec, job in jobs:
             job.wait()
     return run_statuses(runs)
-
-
-def _run_all(runs, executor, sweep_dir, wait, echo, after_run, deadline, keep_checkpoints, shared) -> list:
-    """:func:`run_sweep`'s loop over the runs; the jobs submitted (SLURM, submitit)."""
-    jobs = []
-    begun: set[int] = set()  # seeds whose block this call has begun
-    for i, spec in enumerate(runs, 1):
-        status = effective_status(spec)
-        if status == "done":
-            print(f"[sweep] {i}/{len(runs)} {spec.name}: finished, skipped", flush=True)
-            _prune_finished(spec, keep_checkpoints)
-            continue
-        if status == "running":
-            print(f"[sweep] {i}/{len(runs)} {spec.name}: running elsewhere, skipped", flush=True)
-            continue
-        if deadline is not None and executor == "local" and spec.seed not in begun:
-            need, left = block_seconds(runs, i - 1), deadline - time.time()
-            if need is not None and need > left:
-                print(f"[sweep] stopping before {spec.name}: the rest of seed {spec.seed}'s block needs "
-                      f"~{need / 60:.0f} min, {max(left, 0) / 60:.0f} min left before the deadline", flush=True)
-                break
-        begun.add(spec.seed)
-        verb = "resuming" if status in ("interrupted", "failed") else "starting"
-        print(f"[sweep] {i}/{len(runs)} {spec.name}: {verb} ({executor})", flush=True)
-        if executor == "local":
-            env = shared.env_for(apply_overrides(load_config(spec.config_path), spec.overrides)) if shared else {}
-            state = execute(spec, echo=echo, env=env)
-            if state.get("status") == "done":
-                _prune_finished(spec, keep_checkpoints)
-            if after_run is not None:
-                after_run(spec, state)
-            continue
-        job = make_executor(executor, sweep_dir / "submitit", spec).submit(SubmititRun(spec))
-        state = read_state(spec.workdir)
-        state.update(name=spec.name, job_id=str(job.job_id), executor=executor)
-        if executor == "slurm":
-            state["status"] = "submitted"
-        write_state(spec.workdir, state)
-        jobs.append((spec, job))
-        if executor == "submitit_local" and wait:
-            # One at a time: local runs share this machine's cores and memory.
-            job.result()
-    return jobs
 
 
 def prune_checkpoints(workdir: str | Path, keep: str) -> int:
