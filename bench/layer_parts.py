@@ -108,7 +108,7 @@ def run_jax(args) -> dict:
     from jaxdebate.model.kernels import matmul
     from jaxdebate.model.llama import MLP, Attention, RMSNorm, param_shapes
     from jaxdebate.model.logprobs import hidden_logprobs
-    from jaxdebate.rl.optim import guarded_apply
+    from jaxdebate.rl.optim import AdamWBound, guarded_apply
 
     cfg, s = LlamaConfig(), shapes(args)
     a = {k: jnp.asarray(v) for k, v in arrays(s).items()}
@@ -156,7 +156,8 @@ def run_jax(args) -> dict:
         model = jax.tree.map(lambda sd: 0.02 * jax.random.normal(next(keys), sd.shape, jnp.float32), tree)
         grads = jax.tree.map(lambda p: 1e-3 * jnp.ones_like(p), model)
         tx = optax.adamw(1e-6, weight_decay=0.0)
-        update = jax.jit(lambda p, o, g: guarded_apply(tx, p, o, g, jnp.float32(0.0), grad_clip=1.0)[:2],
+        bound = AdamWBound(0.9, 0.999, 0.0, max_lr=1e-6)  # the learner's guard, in place
+        update = jax.jit(lambda p, o, g: guarded_apply(tx, p, o, g, jnp.float32(0.0), grad_clip=1.0, bound=bound)[:2],
                          donate_argnums=(0, 1))
         state = [model, tx.init(model)]
 

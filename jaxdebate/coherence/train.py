@@ -37,7 +37,7 @@ from jaxdebate.data.stream import epoch_order
 from jaxdebate.errors import ConfigError, DataError
 from jaxdebate.metrics import METRICS_FILE, MetricWriter, read_metrics
 from jaxdebate.model import lora, peft_export, token_logprobs
-from jaxdebate.rl.optim import guarded_apply, nonfinite_update
+from jaxdebate.rl.optim import AdamWBound, guarded_apply, nonfinite_update
 from jaxdebate.schedules import warmup_then_decay
 
 
@@ -48,11 +48,18 @@ def make_schedule(cfg: DPOConfig, total_steps: int) -> optax.Schedule:
     return warmup_then_decay(cfg.learning_rate, 0.0, warmup, total_steps, cfg.schedule)
 
 
+def dpo_bound(cfg: DPOConfig) -> AdamWBound:
+    """The constants of :func:`dpo_optimizer` (Adam's default betas), per unit learning rate."""
+    return AdamWBound(b1=0.9, b2=0.999, weight_decay=cfg.weight_decay)
+
+
 def dpo_optimizer(cfg: DPOConfig) -> optax.GradientTransformation:
     """AdamW's direction (Adam moments + decoupled weight decay), negated: the update multiplies it by
     the learning rate of the step (so one compiled update serves every schedule) and clips the
     gradient to ``max_grad_norm`` first (:func:`jaxdebate.rl.optim.guarded_apply`)."""
-    return optax.chain(optax.scale_by_adam(), optax.add_decayed_weights(cfg.weight_decay), optax.scale(-1.0))
+    b = dpo_bound(cfg)
+    return optax.chain(optax.scale_by_adam(b1=b.b1, b2=b.b2), optax.add_decayed_weights(b.weight_decay),
+                       optax.scale(-1.0))
 
 
 def policy_logps(params: Any, model_config: Any, tokens, mask, completion_mask, chunk_size: int = 1024) -> jax.Array:
@@ -76,7 +83,8 @@ def make_update_fn(model_config: Any, lora_scale: float, beta: float, max_grad_n
     ``batch`` holds ``tokens/mask/completion_mask [K, 2B, T]``, ``weights [K, B]`` and the reference
     log-probs ``ref_chosen/ref_rejected [K, B]``.
     """
-    optimizer = dpo_optimizer(DPOConfig(max_grad_norm=max_grad_norm, weight_decay=weight_decay))
+    dpo_cfg = DPOConfig(max_grad_norm=max_grad_norm, weight_decay=weight_decay)
+    optimizer, bound = dpo_optimizer(dpo_cfg), dpo_bound(dpo_cfg)
 
     def micro(adapter, base, mb):
         merged = lora.merge(base, adapter, lora_scale)
@@ -106,7 +114,7 @@ def make_update_fn(model_config: Any, lora_scale: float, beta: float, max_grad_n
         metrics = {k: v / count for k, v in metric_sum.items()}
         # the GRPO learner's apply: clip, AdamW, and a non-finite update never applied
         adapter, opt_state, applied = guarded_apply(optimizer, adapter, opt_state, grads, metrics["loss"],
-                                                    grad_clip=max_grad_norm, scale=lr)
+                                                    grad_clip=max_grad_norm, scale=lr, bound=bound)
         return adapter, opt_state, {**metrics, **applied}
 
     return jax.jit(update, donate_argnums=(0, 1))

@@ -30,7 +30,7 @@ from jaxdebate.model.config import LoraConfig
 from jaxdebate.rl.batching import FORWARD_KEYS, WINDOW_KEYS
 from jaxdebate.rl.config import LossConfig, OptimizerConfig
 from jaxdebate.rl.losses import metric_sums, policy_loss
-from jaxdebate.rl.optim import guarded_apply, lr_schedule, make_optimizer
+from jaxdebate.rl.optim import AdamWBound, guarded_apply, lr_schedule, make_optimizer
 
 
 @flax.struct.dataclass
@@ -122,7 +122,8 @@ class Learner:
         # a skipped (non-finite) update still advances the counter, so the schedule stays aligned with
         # the trainer's steps
         params, opt_state, metrics = guarded_apply(self.tx, state.params, state.opt_state, grads, loss,
-                                                   grad_clip=self.opt_cfg.grad_clip)
+                                                   grad_clip=self.opt_cfg.grad_clip,
+                                                   bound=AdamWBound.of(self.opt_cfg))
         metrics["lr"] = self.schedule(state.step)
         return dataclasses.replace(state, params=params, opt_state=opt_state, step=state.step + 1), metrics
 

@@ -141,16 +141,22 @@ def test_dpo_training_raises_the_margin_and_checkpoints_every_epoch(tiny_model, 
 
 
 def test_dpo_never_applies_a_nonfinite_update(tiny_model, tokenizer, tmp):
-    """The GRPO learner's guard (rl.optim.guarded_apply): an update whose result overflows is skipped,
-    so the adapter stays finite and the run says how many updates it skipped."""
+    """The GRPO learner's guard (rl.optim.guarded_apply): an update that could overflow, or that follows
+    a non-finite loss, is skipped, so the adapter stays finite and the run says how many it skipped."""
     params, config = tiny_model
-    result = train.train(tiny_cfg(epochs=1, learning_rate=1e38, schedule="constant"), PAIRS, params, config,
-                         tokenizer, tmp, progress=False, checkpoints=False)
+    result = train.train(tiny_cfg(epochs=1, learning_rate=1e36, schedule="constant"), PAIRS, params, config,
+                         tokenizer, tmp / "a", progress=False, checkpoints=False)
     assert all(bool(np.all(np.isfinite(np.asarray(x)))) for x in jax.tree_util.tree_leaves(result.adapter))
-    # lr 1e38 makes the first update's weights huge and every later loss and gradient non-finite
+    # lr 1e36 passes the bound once and makes the weights huge: every later loss is non-finite
     skipped = [h for h in result.history if h["nonfinite/params"] or h["nonfinite/loss"] or h["nonfinite/grad_norm"]]
     assert skipped and len(skipped) < len(result.history), result.history
+    assert all(h["nonfinite/loss"] for h in skipped)
     assert result.summary["updates_skipped_nonfinite"] == len(skipped)
+    # lr 1e38 could overflow the first update already (the bound refuses it): the adapter never moves
+    refused = train.train(tiny_cfg(epochs=1, learning_rate=1e38, schedule="constant"), PAIRS, params, config,
+                          tokenizer, tmp / "b", progress=False, checkpoints=False)
+    assert all(h["nonfinite/params"] for h in refused.history)
+    assert refused.summary["updates_skipped_nonfinite"] == len(refused.history)
 
 
 def test_dpo_resume_continues_exactly(tiny_model, tokenizer, tmp):
