@@ -50,8 +50,13 @@ def _matmul_bwd(operands, residuals, g):
     g = g if operands is None else g.astype(operands)
     dx = jnp.einsum("...o,io->...i", g, kernel, preferred_element_type=F32).astype(dx_dtype)
     rows_x, rows_g = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
-    dk = jnp.einsum("ni,no->io", rows_x, rows_g, preferred_element_type=F32).astype(dk_dtype)
-    return dx, dk
+    if rows_x.dtype == F32:
+        dk = jnp.einsum("ni,no->io", rows_x, rows_g, preferred_element_type=F32)
+    else:
+        # the same contraction over a unit axis as well: XLA:CPU then lowers bf16 operands to its fast
+        # GEMM instead of a ~4x slower one (float32 keeps the plain form, whose bits differ)
+        dk = jnp.einsum("cni,cno->io", rows_x[None], rows_g[None], preferred_element_type=F32)
+    return dx, dk.astype(dk_dtype)
 
 
 matmul.defvjp(_matmul_fwd, _matmul_bwd)
