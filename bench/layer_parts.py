@@ -110,7 +110,7 @@ def run_jax(args) -> dict:
     from jaxdebate.model.logprobs import hidden_logprobs
     from jaxdebate.rl.optim import AdamWBound, guarded_apply
 
-    cfg, s = LlamaConfig(), shapes(args)
+    cfg, s = LlamaConfig(dot_dtype=args.dot_dtype), shapes(args)
     a = {k: jnp.asarray(v) for k, v in arrays(s).items()}
     b, t = s["b"], s["t"]
     cos, sin = (jnp.broadcast_to(a[k][None], (b, t, s["hd"] // 2)) for k in ("cos", "sin"))
@@ -340,6 +340,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--length", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3, help="timed calls after the warm-up (median)")
+    parser.add_argument("--dot-dtype", default="compute", choices=("compute", "bfloat16"),
+                        help="ours: model.dot_dtype of the layers' projections (torch stays fp32)")
     parser.add_argument("--side", choices=("jax", "torch"), help=argparse.SUPPRESS)  # child process
     args = parser.parse_args()
     if args.side:
@@ -351,12 +353,13 @@ def main() -> None:
 
     env = host_memory.tuned_environ(os.environ) or dict(os.environ)
     s = shapes(args)
-    print(f"SmolLM2-135M widths, {args.batch} x {args.length} tokens, median of {args.repeats}; CPU flags: "
+    print(f"SmolLM2-135M widths, {args.batch} x {args.length} tokens, median of {args.repeats}, ours with "
+          f"model.dot_dtype={args.dot_dtype}; CPU flags: "
           f"{cpu_kind()}; host memory: {host_memory.describe(env)}", flush=True)
     results = {}
     for side in ("jax", "torch"):
         cmd = [sys.executable, __file__, "--side", side, "--parts", *args.parts, "--batch", str(args.batch),
-               "--length", str(args.length), "--repeats", str(args.repeats)]
+               "--length", str(args.length), "--repeats", str(args.repeats), "--dot-dtype", args.dot_dtype]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         if proc.returncode or not lines:

@@ -171,9 +171,13 @@ class MLP(nn.Module):
     def __call__(self, x):
         dt, dots = compute_dtype(self.config), self.config.dot_dtype
         f = self.config.intermediate_size
-        gate = _dense(f, dt, "gate_proj", dots)(x)
-        up = _dense(f, dt, "up_proj", dots)(x)
-        return _dense(self.config.hidden_size, dt, "down_proj", dots)(jax.nn.silu(gate) * up)
+        # on token rows [N, d]: XLA:CPU runs the block with bf16 operands (model.dot_dtype) ~1.3x faster
+        # than on [B, T, d]; float32 gives the same bits either way (bench/README "train_step")
+        rows = x.reshape(-1, x.shape[-1])
+        gate = _dense(f, dt, "gate_proj", dots)(rows)
+        up = _dense(f, dt, "up_proj", dots)(rows)
+        out = _dense(self.config.hidden_size, dt, "down_proj", dots)(jax.nn.silu(gate) * up)
+        return out.reshape(x.shape[:-1] + (self.config.hidden_size,))
 
 
 class DecoderLayer(nn.Module):
