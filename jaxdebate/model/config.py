@@ -279,7 +279,7 @@ class ModelConfig(Section):
     ``dtype`` is the compute dtype (parameters and optimiser state stay float32); ``dot_dtype``
     ``bfloat16`` rounds the learner's layer-matmul operands to bfloat16 (f32 accumulation; the JAX
     sampler and validation keep ``dtype``'s matmuls, so the sampler/learner log-prob mismatch the loss
-    corrects is what it costs: in RL at lr 3e-5 it grew from ~0.003 to 0.03-0.39 nats per token after
+    corrects is what it costs: in RL at lr 3e-5 it grew from ~0.003 to up to 0.39 nats per token after
     the first update, as the rounding hides updates smaller than a bf16 step; full fine-tuning at
     ``dtype=float32`` only; off by default; figures in bench/README "bf16 dots: a faster step, and a
     learner that drifts from its sampler"); ``remat`` is the
