@@ -64,6 +64,7 @@ class Learner:
         self.chunk = logprob_chunk
         self.schedule = lr_schedule(optimizer, total_steps)
         self.tx = make_optimizer(optimizer, total_steps)
+        self.bound = AdamWBound.of(optimizer)  # what lets the guard decide before the update
         self._accumulate = jax.jit(self._accumulate_impl, donate_argnums=(2,))
         self._apply = jax.jit(self._apply_impl, donate_argnums=(0,))
         self._logprobs = jax.jit(self._logprobs_impl)
@@ -123,7 +124,7 @@ class Learner:
         # the trainer's steps
         params, opt_state, metrics = guarded_apply(self.tx, state.params, state.opt_state, grads, loss,
                                                    grad_clip=self.opt_cfg.grad_clip,
-                                                   bound=AdamWBound.of(self.opt_cfg))
+                                                   bound=self.bound)
         metrics["lr"] = self.schedule(state.step)
         return dataclasses.replace(state, params=params, opt_state=opt_state, step=state.step + 1), metrics
 
