@@ -204,3 +204,21 @@ def test_arithmetic_family_is_the_seeds_experiment_at_cpu_scale():
     assert arith.data.validation_envs == {"single": "math", "debate": "math_debate"} and arith.data.transfer
     train, held_out = arith.data.load()
     assert len(held_out) >= 300 and not {it.problem for it in train} & {it.problem for it in held_out}
+
+
+def test_precision_pilot_arms_differ_from_the_family_only_in_precision(tmp_path):
+    """results/arithmetic-precision/PROTOCOL.md: ``fp32`` is the family's identity run as committed, and
+    ``bf16_pair`` changes the server's dtype and the learner's dot dtype and nothing else."""
+    from jaxdebate.sweep_plan import plan_runs
+
+    identity = load_config("configs/arithmetic/identity.py")
+    fp32 = load_config("configs/arithmetic/precision/fp32.py")
+    pair = load_config("configs/arithmetic/precision/bf16_pair.py")
+    assert fp32 == identity
+    assert (pair.model.dot_dtype, pair.sampler.vllm.dtype) == ("bfloat16", "bfloat16")
+    assert pair == dataclasses.replace(
+        identity, model=dataclasses.replace(identity.model, dot_dtype="bfloat16"),
+        sampler=dataclasses.replace(identity.sampler, vllm=dataclasses.replace(identity.sampler.vllm, dtype="bfloat16")))
+    runs = plan_runs(tmp_path, ["configs/arithmetic/precision/fp32.py", "configs/arithmetic/precision/bf16_pair.py"],
+                     seeds=[2000, 2001])
+    assert sorted(r.name for r in runs) == ["bf16_pair-seed2000", "bf16_pair-seed2001", "fp32-seed2000", "fp32-seed2001"]
