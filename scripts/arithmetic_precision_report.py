@@ -15,7 +15,7 @@ from pathlib import Path
 from jaxdebate.metrics import METRICS_FILE, read_metrics
 
 BASELINE, ARM = "fp32", "bf16_pair"
-MISMATCH, CAPPED = "learner/logprob_abs_mismatch", "learner/is_capped_fraction"
+MISMATCH, CAPPED, TOKENS = "learner/logprob_abs_mismatch", "learner/is_capped_fraction", "learner/tokens"
 RULE_MISMATCH, RULE_CAPPED = 0.1, 0.01  # PROTOCOL.md: a bf16_pair step above either rules the pair out
 
 
@@ -43,6 +43,7 @@ def _runs(results: Path) -> dict[str, dict]:
         out[path.parent.name] = {
             "arm": path.parent.name.rsplit("-seed", 1)[0], "seed": state["seed"], "state": state,
             "mismatch": [float(r[MISMATCH]) for r in steps], "capped": [float(r[CAPPED]) for r in steps],
+            "tokens": [float(r.get(TOKENS, 0.0)) for r in steps],
             "cost": wall_cost(state, records), "cpu": state.get("cpu_time_s"),
         }
     return out
@@ -51,16 +52,21 @@ def _runs(results: Path) -> dict[str, dict]:
 def report(results: Path) -> str:
     runs = _runs(results)
     lines = ["# Agreement and cost (PROTOCOL.md, descriptive)", "",
-             f"`{MISMATCH}` (nats per token) and `{CAPPED}` over every finished run's steps.", "",
-             "| arm | runs | mismatch mean | mismatch max | capped max | steps over the rule (mismatch > 0.1 or capped > 0.01) |",
-             "|---|---|---|---|---|---|"]
+             f"`{MISMATCH}` (nats per token) and `{CAPPED}` over every finished run's learner steps (a step whose "
+             "groups all had equal rewards runs no learner and logs neither).", "",
+             "| arm | runs | learner steps | mismatch mean | mismatch max | capped max | capped tokens / learned tokens "
+             "| steps over the rule (mismatch > 0.1 or capped > 0.01) |",
+             "|---|---|---|---|---|---|---|---|"]
     for arm in (BASELINE, ARM):
         rs = [r for r in runs.values() if r["arm"] == arm]
         mm = [x for r in rs for x in r["mismatch"]]
         cap = [x for r in rs for x in r["capped"]]
         over = sum(m > RULE_MISMATCH or c > RULE_CAPPED for r in rs for m, c in zip(r["mismatch"], r["capped"]))
+        tokens = sum(t for r in rs for t in r["tokens"])
+        capped = sum(c * t for r in rs for c, t in zip(r["capped"], r["tokens"]))
         if mm:
-            lines.append(f"| {arm} | {len(rs)} | {statistics.fmean(mm):.4f} | {max(mm):.4f} | {max(cap):.4f} | {over} |")
+            lines.append(f"| {arm} | {len(rs)} | {len(mm)} | {statistics.fmean(mm):.4f} | {max(mm):.4f} | {max(cap):.4f} "
+                         f"| {capped:.0f} / {tokens:.0f} | {over} |")
     lines += ["", "Cost per block (`bf16_pair / fp32`, same seed): wall seconds without the step-0 validation "
               "(`wall_cost`), and the training process's CPU seconds (the shared server's not counted).", "",
               "| seed | fp32 wall s | bf16_pair wall s | ratio | fp32 CPU s | bf16_pair CPU s | ratio | CPU flags |",
