@@ -8,15 +8,11 @@
 #   DEADLINE=+90 bash scripts/arithmetic_precision.sh     # begin no block that would not end within 90 minutes
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/committed_runs.sh
 sweep=runs/arithmetic-precision
 results=results/arithmetic-precision
 # runs committed by earlier sessions: copy them in, so that the sweep skips them and the export keeps them
-if [ -d "$results/runs" ]; then
-  mkdir -p "$sweep"
-  for run in "$results"/runs/*/; do
-    [ -e "$sweep/$(basename "$run")" ] || cp -r "$run" "$sweep/"
-  done
-fi
+copy_committed_runs "$results" "$sweep"
 .venv/bin/python launch/sweep.py --sweep-dir "$sweep" --quiet \
   --configs configs/arithmetic/precision/fp32.py configs/arithmetic/precision/bf16_pair.py \
   --seeds ${SEEDS:-2000 2001 2002 2003 2004 2005 2006 2007} \

@@ -13,16 +13,12 @@
 #   B=2 N=9 DEADLINE=2026-11-26T03:00 bash scripts/arithmetic_v2_main.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/committed_runs.sh
 : "${B:?set B, the prompts per step decided by the pilot (PROTOCOL.md)}"
 : "${N:?set N, the seed blocks decided by the pilot (PROTOCOL.md)}"
 sweep=runs/arithmetic-v2
 results=results/arithmetic-v2
-if [ -d "$results/runs" ]; then
-  mkdir -p "$sweep"
-  for run in "$results"/runs/*/; do
-    [ -e "$sweep/$(basename "$run")" ] || cp -r "$run" "$sweep/"
-  done
-fi
+copy_committed_runs "$results" "$sweep"
 seeds=$(seq 1000 $((1000 + N - 1)))
 # the sampler as registered: the in-process JAX sampler (configs/arithmetic/ samples through the vLLM server
 # in float32 since 2026-12-06, which draws other samples); a finished run that ran another config is refused

@@ -8,16 +8,12 @@
 #   SEEDS="101" bash scripts/arithmetic_v2_pilot.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/committed_runs.sh
 for seed in ${SEEDS:-101 102 103 104}; do
   for b in 2 4; do
     # the runs committed by earlier sessions (another machine): seed the sweep directory with them, so
     # the sweep skips them (their run.json says done) and the export keeps them in the summary
-    if [ -d "results/arithmetic-v2/pilot/b$b/runs" ]; then
-      mkdir -p "runs/arithmetic-v2-pilot/b$b"
-      for run in results/arithmetic-v2/pilot/b$b/runs/*/; do
-        [ -e "runs/arithmetic-v2-pilot/b$b/$(basename "$run")" ] || cp -r "$run" "runs/arithmetic-v2-pilot/b$b/"
-      done
-    fi
+    copy_committed_runs "results/arithmetic-v2/pilot/b$b" "runs/arithmetic-v2-pilot/b$b"
     # the sampler as registered: the in-process JAX sampler (configs/arithmetic/ uses the vLLM server since 2026-12-06)
     .venv/bin/python launch/sweep.py --sweep-dir "runs/arithmetic-v2-pilot/b$b" --quiet \
       --configs configs/arithmetic/identity.py configs/arithmetic/coma.py --seeds "$seed" \
