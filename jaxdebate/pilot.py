@@ -87,17 +87,23 @@ def decide(reports: Mapping[str, Mapping[str, Any]], *, default: str, tie: float
             "blocks": blocks_for_halfwidth(sd, halfwidth, minimum=min_blocks), "halfwidth": halfwidth, "why": why}
 
 
+def step0_validation_seconds(records: Sequence[Mapping[str, Any]]) -> float:
+    """The wall seconds a run spent on its step-0 validation (``time/validation`` logged with step 1);
+    0 when step 0 was read back (``val/cached``) or not logged."""
+    if any(r.get("step") == 0 and r.get("val/cached") for r in records):
+        return 0.0
+    first = [r.get("time/validation") for r in records if r.get("step") == 1 and r.get("time/validation")]
+    return float(first[-1]) if first else 0.0
+
+
 def run_cost(state: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> float | None:
     """A run's CPU seconds without the step-0 validation: that validation is computed once per seed
     and reused by the seed's other runs whatever the setting, so the run that computed it pays for
-    all of them. Its share is its wall time (``time/validation`` logged with step 1, unless step 0
-    was ``val/cached``) over the run's wall time."""
+    all of them. Its share is its wall time (:func:`step0_validation_seconds`) over the run's wall time."""
     cpu, wall = state.get("cpu_time_s"), state.get("wall_time_s")
     if cpu is None:
         return None
-    cached = any(r.get("step") == 0 and r.get("val/cached") for r in records)
-    first = [r.get("time/validation") for r in records if r.get("step") == 1 and r.get("time/validation")]
-    share = 0.0 if cached or not first or not wall else min(1.0, float(first[-1]) / float(wall))
+    share = min(1.0, step0_validation_seconds(records) / float(wall)) if wall else 0.0
     return float(cpu) * (1.0 - share)
 
 

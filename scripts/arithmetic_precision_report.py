@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from jaxdebate.metrics import METRICS_FILE, read_metrics
+from jaxdebate.pilot import step0_validation_seconds
 
 BASELINE, ARM = "fp32", "bf16_pair"
 MISMATCH, CAPPED, TOKENS = "learner/logprob_abs_mismatch", "learner/is_capped_fraction", "learner/tokens"
@@ -24,11 +25,7 @@ def wall_cost(state: dict, records: list[dict]) -> float | None:
     rest). Wall, not ``cpu_time_s``: the shared vLLM server samples and validates in its own process, which the
     run's CPU seconds do not count."""
     wall = state.get("wall_time_s")
-    if wall is None:
-        return None
-    cached = any(r.get("step") == 0 and r.get("val/cached") for r in records)
-    first = [r.get("time/validation") for r in records if r.get("step") == 1 and r.get("time/validation")]
-    return float(wall) - (0.0 if cached or not first else float(first[-1]))
+    return None if wall is None else float(wall) - step0_validation_seconds(records)
 
 
 def _runs(results: Path) -> dict[str, dict]:
