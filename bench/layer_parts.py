@@ -340,7 +340,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--length", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3, help="timed calls after the warm-up (median)")
-    parser.add_argument("--dot-dtype", default="compute", choices=("compute", "bfloat16"),
+    parser.add_argument("--dot-dtype", default="compute", choices=("compute", "bfloat16", "bfloat16_grads"),
                         help="ours: model.dot_dtype of the layers' projections (torch stays fp32)")
     parser.add_argument("--side", choices=("jax", "torch"), help=argparse.SUPPRESS)  # child process
     args = parser.parse_args()

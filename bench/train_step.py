@@ -14,7 +14,10 @@ rows (a 4-D block-causal mask with the shared prefixes, the same positions, the 
 completion windows only). ``-bf16dots`` variants are the fp32 learner with ``model.dot_dtype =
 "bfloat16"`` (the layers' matmul operands rounded to bf16, f32 accumulation); they also print how far
 their token log-probs are from the fp32 model's on real text (GSM8K test solutions), which is the
-sampler/learner mismatch the loss's importance weight would see from an fp32 sampler.
+sampler/learner mismatch the loss's importance weight would see from an fp32 sampler. ``-bf16grads``
+variants round only the operands of the layers' gradient contractions (``model.dot_dtype =
+"bfloat16_grads"``): their forward is the fp32 one (the printed gap is 0) and they also print how far
+their parameter gradient is from the fp32 learner's on the step's own batch.
 tokens/s counts sequence tokens (what the samples hold), not the padded or packed positions a side
 computes:
 
@@ -23,6 +26,7 @@ computes:
     .venv/bin/python bench/train_step.py --workload debate --variants jax-fp32-packed jax-fp32-packed-lora
     .venv/bin/python bench/train_step.py --variants jax-fp32 torch-fp32 --steps 2
     .venv/bin/python bench/train_step.py --variants jax-fp32 jax-fp32-bf16dots torch-fp32 --steps 2
+    .venv/bin/python bench/train_step.py --variants jax-fp32 jax-fp32-bf16grads torch-fp32 --steps 2
     .venv/bin/python bench/train_step.py --trainer-step  # phase shares of one real SmolLM2 trainer step
 
 The weights are the bundled SmolLM2-135M-Instruct GGUF, exported once to an HF directory that both
@@ -44,7 +48,8 @@ from common import hf_dir, rss_gb  # bench/common.py (the script's folder is on 
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("jax-fp32", "jax-fp32-packed", "jax-fp32-packed-lora", "torch-fp32", "torch-fp32-packed", "jax-bf16",
-            "torch-bf16", "jax-fp32-bf16dots", "jax-fp32-packed-bf16dots")
+            "torch-bf16", "jax-fp32-bf16dots", "jax-fp32-packed-bf16dots", "jax-fp32-bf16grads",
+            "jax-fp32-packed-bf16grads")
 CLIP, CAP, BETA = 0.2, 2.0, 0.03
 
 
@@ -96,7 +101,7 @@ def run_jax(args) -> dict:
     from jaxdebate.rl.grpo import Learner
 
     dtype = "bfloat16" if args.variant == "jax-bf16" else "float32"
-    dots = "bfloat16" if args.variant.endswith("bf16dots") else "compute"
+    dots = {"bf16dots": "bfloat16", "bf16grads": "bfloat16_grads"}.get(args.variant.rsplit("-", 1)[-1], "compute")
     params, config = load(str(hf_dir()), dtype=dtype, dot_dtype=dots, remat=args.remat)
     # before the learner takes the parameters (its update donates them)
     gap = text_logprob_gap(params, config) if dots != "compute" else None
@@ -129,11 +134,14 @@ def run_jax(args) -> dict:
 
 
 def text_logprob_gap(params, config) -> dict:
-    """|token log-prob under ``config`` - under the same weights with float32 dots| on real text: the
+    """How far ``config``'s numerics are from the same weights with float32 dots, on real text: the
     GSM8K test set's first questions and solutions, 4 windows of 256 tokens (the workload's random
-    tokens are far out of distribution). Mean, 99th percentile and max over the predicted tokens."""
+    tokens are far out of distribution). |token log-prob difference|: mean, 99th percentile and max over
+    the predicted tokens; and the gradient of their sum: its relative L2 distance to float32's."""
     import dataclasses
 
+    import jax
+    import jax.numpy as jnp
     import numpy as np
 
     from jaxdebate.data.sources import read_source
@@ -150,7 +158,15 @@ def text_logprob_gap(params, config) -> dict:
     fp32 = dataclasses.replace(config, dot_dtype="compute")
     gap = np.abs(np.asarray(token_logprobs(params, config, tokens, mask))
                  - np.asarray(token_logprobs(params, fp32, tokens, mask)))[:, 1:]
-    return {"mean": float(gap.mean()), "p99": float(np.quantile(gap, 0.99)), "max": float(gap.max())}
+
+    def grad(c):
+        return jax.grad(lambda p: jnp.sum(token_logprobs(p, c, tokens, mask)[:, 1:]))(params)
+
+    ours, ref = grad(config), grad(fp32)
+    sq = sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(ref)))
+    norm = sum(float(jnp.sum(b**2)) for b in jax.tree.leaves(ref))
+    return {"mean": float(gap.mean()), "p99": float(np.quantile(gap, 0.99)), "max": float(gap.max()),
+            "grad_rel": (sq / norm) ** 0.5}
 
 
 # ------------------------------------------------------------------------------------------- torch
@@ -355,7 +371,7 @@ def trainer_step(args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", nargs="+", choices=VARIANTS,
-                        default=[v for v in VARIANTS if not v.endswith("bf16dots")])
+                        default=[v for v in VARIANTS if not v.endswith(("bf16dots", "bf16grads"))])
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # child process
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--length", type=int, default=512)
@@ -425,7 +441,8 @@ def main() -> None:
         if "logprob_gap" in r:
             g = r["logprob_gap"]
             print(f"{'':<20} token log-prob gap to fp32 dots on GSM8K text: mean {g['mean']:.4f}, "
-                  f"p99 {g['p99']:.4f}, max {g['max']:.4f} nats", flush=True)
+                  f"p99 {g['p99']:.4f}, max {g['max']:.4f} nats; gradient {g['grad_rel']:.1e} from fp32's "
+                  "(relative L2)", flush=True)
     for precision in ("fp32", "bf16"):
         ours, peer = results.get(f"jax-{precision}"), results.get(f"torch-{precision}")
         if ours and peer:
@@ -436,7 +453,7 @@ def main() -> None:
         print(f"LoRA-GRPO (rank 16, q/k/v/o) vs full fine-tuning, packed fp32: step time "
               f"{lora['step_s'] / full['step_s']:.2f}x, peak RSS {lora['peak_rss_gb'] / full['peak_rss_gb']:.2f}x")
     # the fp32 learner, then the same with bf16 matmul operands: each against torch fp32
-    for suffix, label in (("", ""), ("-bf16dots", " (bf16 dots)")):
+    for suffix, label in (("", ""), ("-bf16dots", " (bf16 dots)"), ("-bf16grads", " (bf16 gradient dots)")):
         ours, peer = results.get(f"jax-fp32-packed{suffix}"), results.get("torch-fp32-packed")
         if ours and peer:
             print(f"packed, like for like (both on the same packed rows): ours{label}/torch = "

@@ -146,8 +146,11 @@ def test_overrides_and_errors_name_the_field(configs):
             apply_overrides(base, [override])
     with pytest.raises(ConfigError, match="section.field=value"):
         apply_overrides(base, ["loss.beta"])
-    # bf16 matmul operands: only for a full-fine-tuning fp32 learner
+    # bf16 matmul operands: only for a full-fine-tuning fp32 learner; bf16 gradient operands: any fp32 learner
     assert apply_overrides(base, ["model.dot_dtype=bfloat16"]).model.dot_dtype == "bfloat16"
+    assert apply_overrides(base, ["model.dot_dtype=bfloat16_grads", "model.lora.rank=8"]).model.lora.rank == 8
+    with pytest.raises(ConfigError, match=r"model\.dot_dtype must be 'compute' with model\.dtype=bfloat16"):
+        apply_overrides(base, ["model.dot_dtype=bfloat16_grads", "model.dtype=bfloat16"])
     for others in (["model.dtype=bfloat16"], ["model.lora.rank=8"]):
         with pytest.raises(ConfigError, match=r"model\.dot_dtype must be 'compute' (with model\.dtype|when a LoRA)"):
             apply_overrides(base, ["model.dot_dtype=bfloat16", *others])

@@ -12,8 +12,9 @@ from jaxdebate.configlib import Section
 from jaxdebate.errors import ConfigError, WeightsError
 
 DTYPES = ("float32", "bfloat16")
-# operand dtype of the layers' matmuls: "compute" = the compute dtype, "bfloat16" = rounded to bf16
-DOT_DTYPES = ("compute", "bfloat16")
+# operand dtype of the layers' matmuls: "compute" = the compute dtype, "bfloat16" = rounded to bf16,
+# "bfloat16_grads" = rounded to bf16 in the two gradient contractions only (the forward unrounded)
+DOT_DTYPES = ("compute", "bfloat16", "bfloat16_grads")
 # bf16 matmul operands are an option of a full-fine-tuning fp32 learner; why not elsewhere:
 DOTS_WITH_BF16 = "must be 'compute' with model.dtype=bfloat16 (bf16 compute already rounds every matmul operand)"
 DOTS_WITH_LORA = ("must be 'compute' when a LoRA adapter is trained: the adapter is merged into the kernel "
@@ -35,7 +36,10 @@ class LlamaConfig:
     ``full`` (recompute each layer) or ``dots`` (keep matmul outputs, recompute the element-wise rest).
     ``dot_dtype`` ``bfloat16`` rounds the operands of the layers' matmuls to bfloat16 (accumulated in
     float32; activations, norms, attention and the output head stay in ``dtype``): the bf16 GEMM rate
-    of a CPU with avx512_bf16 for a learner that is float32 everywhere else.
+    of a CPU with avx512_bf16 for a learner that is float32 everywhere else. ``bfloat16_grads`` rounds
+    only the operands of the gradient contractions (input and weight gradients of the projections and
+    of the output head): the forward, and so every log-prob, stays exactly ``dtype``'s, and two thirds
+    of the GEMM work of a train step runs at the bf16 rate.
     ``rope_type`` ``llama3`` uses ``rope_factor``, ``rope_low_freq_factor``, ``rope_high_freq_factor`` and
     ``rope_original_max_position``; ``linear`` uses ``rope_factor``.
     """
@@ -86,8 +90,8 @@ class LlamaConfig:
             raise ConfigError(f"model.dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.dot_dtype not in DOT_DTYPES:
             raise ConfigError(f"model.dot_dtype must be one of {DOT_DTYPES}, got {self.dot_dtype!r}")
-        if self.dot_dtype == "bfloat16" and self.dtype == "bfloat16":
-            raise ConfigError(f"model.dot_dtype {DOTS_WITH_BF16}, got 'bfloat16'")
+        if self.dot_dtype != "compute" and self.dtype == "bfloat16":
+            raise ConfigError(f"model.dot_dtype {DOTS_WITH_BF16}, got {self.dot_dtype!r}")
         if self.remat not in REMAT:
             raise ConfigError(f"model.remat must be one of {REMAT}, got {self.remat!r}")
         if self.rope_type not in ROPE_TYPES:
@@ -282,16 +286,19 @@ class ModelConfig(Section):
     corrects is what it costs: in RL at lr 3e-5 it grew from ~0.003 to up to 0.39 nats per token after
     the first update, as the rounding hides updates smaller than a bf16 step; full fine-tuning at
     ``dtype=float32`` only; off by default; figures in bench/README "bf16 dots: a faster step, and a
-    learner that drifts from its sampler"); ``remat`` is the
-    per-layer rematerialisation of the backward pass (``none``/``full``/``dots``); ``logprob_chunk`` is
-    how many tokens the output head processes at once (the full logits are never materialised);
-    ``lora`` with ``rank > 0`` trains an adapter on the frozen base (:class:`PolicyLoraConfig`).
+    learner that drifts from its sampler"); ``dot_dtype`` ``bfloat16_grads`` rounds only the operands of
+    the gradient contractions (projections and output head): the learner's forward and log-probs stay
+    ``dtype``'s exactly, and the updates carry the rounding (~4e-3 relative in the gradient; off by
+    default; figures in bench/README "bf16 gradient contractions"); ``remat`` is the per-layer
+    rematerialisation of the backward pass (``none``/``full``/``dots``); ``logprob_chunk`` is how many
+    tokens the output head processes at once (the full logits are never materialised); ``lora`` with
+    ``rank > 0`` trains an adapter on the frozen base (:class:`PolicyLoraConfig`).
     """
 
     _name: ClassVar[str] = "model"
     source: str = "smollm2"
     dtype: Literal["float32", "bfloat16"] = "float32"
-    dot_dtype: Literal["compute", "bfloat16"] = "compute"
+    dot_dtype: Literal["compute", "bfloat16", "bfloat16_grads"] = "compute"
     remat: Literal["none", "full", "dots"] = "none"
     logprob_chunk: int = 1024
     lora: PolicyLoraConfig = dataclasses.field(default_factory=PolicyLoraConfig)
@@ -300,7 +307,7 @@ class ModelConfig(Section):
         if not self.source.strip():
             self._fail("source", "must be a model source string (smollm2, tiny, a directory, ORG/NAME)")
         self._at_least(1, "logprob_chunk")
-        if self.dot_dtype == "bfloat16" and self.dtype == "bfloat16":
+        if self.dot_dtype != "compute" and self.dtype == "bfloat16":
             self._fail("dot_dtype", DOTS_WITH_BF16)
         if self.dot_dtype == "bfloat16" and self.lora.rank > 0:
             self._fail("dot_dtype", DOTS_WITH_LORA)

@@ -1,7 +1,7 @@
 """The Llama's array kernels with hand-written VJPs, which XLA:CPU runs faster than the ones autodiff
-derives: the layers' matmul (f32 accumulation, optional bf16 operands) and softmax attention (query
-blocks that skip the keys a causal mask hides; one-token decoding). :mod:`jaxdebate.model.llama`
-wires them into its Flax modules."""
+derives: the layers' matmul (f32 accumulation, optional bf16 operands in both passes or in the
+backward only) and softmax attention (query blocks that skip the keys a causal mask hides; one-token
+decoding). :mod:`jaxdebate.model.llama` wires them into its Flax modules."""
 
 from __future__ import annotations
 
@@ -13,16 +13,18 @@ import jax.numpy as jnp
 F32 = jnp.float32
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def matmul(x: jax.Array, kernel: jax.Array, operands: str | None = None) -> jax.Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def matmul(x: jax.Array, kernel: jax.Array, operands: str | None = None, grad_operands: str | None = None) -> jax.Array:
     """``x [..., in] @ kernel [in, out]``, accumulated in float32 and rounded once to ``x``'s dtype.
 
     Why not a plain dot: XLA:CPU runs bf16 x bf16 -> f32 on its fast path (faster than a bf16-out
     dot), and lowers the weight gradient that autodiff derives (a dot contracting the token axis of a
     transposed, fused operand) to a slow generic dot: this VJP writes both gradients as plain
     contractions (figures: bench/README "train_step after the matmul VJP"). GPUs accumulate in f32
-    either way. ``operands`` (``model.dot_dtype``, e.g. ``"bfloat16"``) rounds both operands of the
-    forward and of both gradient contractions to that dtype; the results keep ``x``'s dtype.
+    either way. ``operands`` (``model.dot_dtype="bfloat16"``) rounds both operands of the forward and
+    of both gradient contractions to that dtype; ``grad_operands`` (``model.dot_dtype="bfloat16_grads"``)
+    rounds those of the two gradient contractions only, so the value (and every log-prob computed from
+    it) is the unrounded product's. The results keep ``x``'s dtype.
     """
     x_op, kernel_op = _operands(x, kernel, operands)
     return jnp.einsum("...i,io->...o", x_op, kernel_op, preferred_element_type=F32).astype(x.dtype)
@@ -36,18 +38,20 @@ def _operands(x, kernel, operands):
     return x.astype(operands), kernel.astype(operands)
 
 
-def _matmul_fwd(x, kernel, operands):
-    # with ``operands`` the residuals are the rounded copies (half the activation memory in bf16)
-    return matmul(x, kernel, operands), _operands(x, kernel, operands)
+def _matmul_fwd(x, kernel, operands, grad_operands):
+    # with ``operands`` or ``grad_operands`` the residuals are the rounded copies (half the activation
+    # memory in bf16): the gradient contractions read nothing else
+    return matmul(x, kernel, operands, grad_operands), _operands(x, kernel, operands or grad_operands)
 
 
-def _matmul_bwd(operands, residuals, g):
+def _matmul_bwd(operands, grad_operands, residuals, g):
     x, kernel = residuals
-    # without ``operands`` the residuals carry the gradients' dtypes; with it they are the rounded
-    # copies, and g's dtype is both: the output was cast to x's dtype, and _operands refused a kernel
-    # of another dtype than x's
-    dx_dtype, dk_dtype = (x.dtype, kernel.dtype) if operands is None else (g.dtype, g.dtype)
-    g = g if operands is None else g.astype(operands)
+    rounded = operands or grad_operands
+    # unrounded, the residuals carry the gradients' dtypes; rounded, they are the rounded copies, and
+    # g's dtype is both: the output was cast to x's dtype, and _operands refused a kernel of another
+    # dtype than x's
+    dx_dtype, dk_dtype = (x.dtype, kernel.dtype) if rounded is None else (g.dtype, g.dtype)
+    g = g if rounded is None else g.astype(rounded)
     dx = jnp.einsum("...o,io->...i", g, kernel, preferred_element_type=F32).astype(dx_dtype)
     rows_x, rows_g = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
     if rows_x.dtype == F32:

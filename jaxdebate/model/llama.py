@@ -15,7 +15,8 @@ modules, with the transformer layers stacked on a leading layer axis and run wit
 
 Kernels are ``[in, out]`` (``y = x @ kernel``). Computation runs in ``config.dtype`` (float32 or
 bfloat16) with float32 norms, softmax and log-probs; every matmul accumulates in float32, and the
-layers' projections round their operands to ``config.dot_dtype`` when that is ``bfloat16``.
+layers' projections round their operands to bf16 under ``config.dot_dtype`` ``bfloat16`` (both
+passes) or ``bfloat16_grads`` (the gradient contractions only, the output head's included).
 """
 
 from __future__ import annotations
@@ -109,16 +110,18 @@ class Embedding(nn.Module):
         return jnp.take(table, tokens, axis=0).astype(self.dtype)
 
 
-def _dense_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, operands=None):
+def _dense_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, operands=None,
+               grad_operands=None):
     """``nn.Dense``'s contraction (last axis of ``lhs`` with the kernel's first) through :func:`matmul`."""
     (lhs_c, rhs_c), batch = dimension_numbers
     if tuple(lhs_c) != (lhs.ndim - 1,) or tuple(rhs_c) != (0,) or any(batch):
         raise ValueError(f"_dense_dot handles x[..., in] @ kernel[in, out] only, got {dimension_numbers}")
-    return matmul(lhs, rhs, operands)
+    return matmul(lhs, rhs, operands, grad_operands)
 
 
 # one dot_general per LlamaConfig.dot_dtype
-_DENSE_DOTS = {"compute": _dense_dot, "bfloat16": functools.partial(_dense_dot, operands="bfloat16")}
+_DENSE_DOTS = {"compute": _dense_dot, "bfloat16": functools.partial(_dense_dot, operands="bfloat16"),
+               "bfloat16_grads": functools.partial(_dense_dot, grad_operands="bfloat16")}
 
 
 def _dense(features: int, dtype: Any, name: str, dot_dtype: str = "compute") -> nn.Dense:

@@ -35,22 +35,23 @@ def _softmax_stats(scaled, targets, with_entropy):
     return picked - lse, lse, mean
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
-def _chunk_stats(weights, hidden, targets, temperature, tied, with_entropy, keep):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
+def _chunk_stats(weights, hidden, targets, temperature, tied, with_entropy, keep, grad_operands=None):
     """``(log p(target), entropy)`` of one chunk of hidden states ``[C, D]`` under the head's logits
     divided by ``temperature``. ``keep``: the backward pass reuses the forward's logits (else it
-    recomputes the chunk's GEMM)."""
-    return _chunk_stats_fwd(weights, hidden, targets, temperature, tied, with_entropy, keep)[0]
+    recomputes the chunk's GEMM). ``grad_operands`` (``model.dot_dtype="bfloat16_grads"``): the two
+    gradient GEMMs round their operands to that dtype (f32 accumulation); the forward never does."""
+    return _chunk_stats_fwd(weights, hidden, targets, temperature, tied, with_entropy, keep, grad_operands)[0]
 
 
-def _chunk_stats_fwd(weights, hidden, targets, temperature, tied, with_entropy, keep):
+def _chunk_stats_fwd(weights, hidden, targets, temperature, tied, with_entropy, keep, grad_operands=None):
     scaled = head_matmul(hidden, weights, tied) / temperature
     lp, lse, mean = _softmax_stats(scaled, targets, with_entropy)
     ent = lse - mean if with_entropy else jnp.zeros_like(lp)
     return (lp, ent), (weights, hidden, targets, temperature, lse, mean, scaled if keep else None)
 
 
-def _chunk_stats_bwd(tied, with_entropy, keep, residuals, cotangents):
+def _chunk_stats_bwd(tied, with_entropy, keep, grad_operands, residuals, cotangents):
     weights, hidden, targets, temperature, lse, mean, scaled = residuals
     g_lp, g_ent = cotangents
     if scaled is None:
@@ -60,9 +61,18 @@ def _chunk_stats_bwd(tied, with_entropy, keep, residuals, cotangents):
     coef = g_lp[:, None] + g_ent[:, None] * (scaled - mean[:, None]) if with_entropy else g_lp[:, None]
     hit = jnp.arange(scaled.shape[-1], dtype=jnp.int32)[None, :] == targets[:, None]
     d_logits = (jnp.where(hit, g_lp[:, None], 0.0) - p * coef) / temperature
-    # the GEMMs' own transposes (head_matmul's layouts), on the gradient of the logits
-    d_weights, d_hidden = jax.vjp(lambda w, h: head_matmul(h, w, tied), weights, hidden)[1](d_logits)
-    return d_weights, d_hidden, None, None
+    if grad_operands is None:
+        # the GEMMs' own transposes (head_matmul's layouts), on the gradient of the logits
+        d_weights, d_hidden = jax.vjp(lambda w, h: head_matmul(h, w, tied), weights, hidden)[1](d_logits)
+        return d_weights, d_hidden, None, None
+    d, w, h = (x.astype(grad_operands) for x in (d_logits, weights, hidden))
+    d_hidden = jnp.einsum("cv,vd->cd" if tied else "cv,dv->cd", d, w, preferred_element_type=F32)
+    # over a unit axis as well, as kernels.matmul's weight gradient: XLA:CPU's fast bf16 GEMM
+    if tied:
+        d_weights = jnp.einsum("ucv,ucd->vd", d[None], h[None], preferred_element_type=F32)
+    else:
+        d_weights = jnp.einsum("ucd,ucv->dv", h[None], d[None], preferred_element_type=F32)
+    return d_weights.astype(weights.dtype), d_hidden.astype(hidden.dtype), None, None
 
 
 _chunk_stats.defvjp(_chunk_stats_fwd, _chunk_stats_bwd)
@@ -96,10 +106,11 @@ def hidden_logprobs(
     # KEEP_LOGITS_BYTES they are kept instead, which saves the head's largest matmul once per chunk.
     keep = n_chunks * chunk * config.vocab_size * 4 <= KEEP_LOGITS_BYTES
     dt, tied, weights = compute_dtype(config), config.tie_word_embeddings, head_weights(params, config)
+    grad_operands = "bfloat16" if config.dot_dtype == "bfloat16_grads" else None
 
     def body(carry, xs):
         hc, yc = xs
-        return carry, _chunk_stats(weights, hc.astype(dt), yc, temperature, tied, with_entropy, keep)
+        return carry, _chunk_stats(weights, hc.astype(dt), yc, temperature, tied, with_entropy, keep, grad_operands)
 
     _, (lp, ent) = jax.lax.scan(body, None, (h, y))
     lp = lp.reshape(-1)[:n].reshape(lead)

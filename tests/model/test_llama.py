@@ -152,6 +152,51 @@ def test_bf16_dots_keep_logprobs_and_gradients_near_fp32(tiny_model):
     assert cosine > 0.99 and np.abs(flat16 - flat32).max() > 1e-4 * np.abs(flat32).max(), cosine
 
 
+def test_bf16_grad_operand_matmul_keeps_the_forward_and_rounds_both_gradients():
+    """``grad_operands="bfloat16"`` (``model.dot_dtype="bfloat16_grads"``): the value is the float32
+    matmul's, bit for bit; both gradients are the float32-accumulated contractions of the bf16-rounded
+    operands (cotangent included), returned in float32."""
+    from jaxdebate.model.kernels import matmul
+
+    kx, kw, kg = jax.random.split(jax.random.key(4), 3)
+    x = jax.random.normal(kx, (2, 7, 24), jnp.float32)
+    w = jax.random.normal(kw, (24, 40), jnp.float32)
+    cot = jax.random.normal(kg, (2, 7, 40), jnp.float32)
+    r = lambda a: np.asarray(a.astype(jnp.bfloat16), np.float64)  # noqa: E731
+    out, vjp = jax.vjp(lambda x, w: matmul(x, w, grad_operands="bfloat16"), x, w)
+    dx, dw = vjp(cot)
+    assert out.dtype == dx.dtype == dw.dtype == jnp.float32
+    np.testing.assert_array_equal(out, matmul(x, w))
+    np.testing.assert_allclose(dx, np.einsum("bto,io->bti", r(cot), r(w)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dw, np.einsum("bti,bto->io", r(x), r(cot)), rtol=1e-5, atol=1e-5)
+    dx32, dw32 = jax.vjp(matmul, x, w)[1](cot)
+    assert np.abs(np.asarray(dw) - np.asarray(dw32)).max() > 1e-3  # the rounding really happened
+
+
+def test_bf16_grads_keep_the_logprobs_and_round_only_the_gradient(tiny_model):
+    """``dot_dtype="bfloat16_grads"``: token log-probs are the fp32 model's, bit for bit (the sampler's
+    and the learner's numbers stay equal), and the parameter gradient of their sum is close to fp32's
+    but not the same. The gradient program rounds the operands of two contractions per projection (7 per
+    layer) and two of the output head, and nothing else: the attention core stays float32."""
+    params, config = tiny_model
+    ids = np.random.RandomState(5).randint(0, config.vocab_size, (2, 24))
+    mask = np.ones_like(ids, bool)
+    grads16 = dataclasses.replace(config, dot_dtype="bfloat16_grads")
+
+    def total(p, c):
+        return jnp.sum(token_logprobs(p, c, ids, mask))
+
+    np.testing.assert_array_equal(token_logprobs(params, grads16, ids, mask), token_logprobs(params, config, ids, mask))
+    g32, g16 = jax.grad(total)(params, config), jax.grad(total)(params, grads16)
+    flat32, flat16 = (np.concatenate([np.ravel(a) for a in jax.tree.leaves(g)]).astype(np.float64) for g in (g32, g16))
+    cosine = flat32 @ flat16 / np.linalg.norm(flat32) / np.linalg.norm(flat16)
+    assert cosine > 0.999 and np.abs(flat16 - flat32).max() > 1e-4 * np.abs(flat32).max(), cosine
+    forward = _dots_by_operand_dtype(jax.make_jaxpr(lambda p: token_logprobs(p, grads16, ids, mask))(params))
+    assert set(forward) == {"float32"}, forward
+    backward = _dots_by_operand_dtype(jax.make_jaxpr(jax.grad(lambda p: total(p, grads16)))(params))
+    assert backward.get("bfloat16") == 2 * 7 + 2, backward
+
+
 def _dots_by_operand_dtype(jaxpr) -> dict[str, int]:
     """How many ``dot_general`` equations of a jaxpr (nested jaxprs included: jit, scan, custom_vjp)
     take operands of each dtype."""
