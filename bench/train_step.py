@@ -15,9 +15,9 @@ completion windows only). ``-bf16dots`` variants are the fp32 learner with ``mod
 "bfloat16"`` (the layers' matmul operands rounded to bf16, f32 accumulation); they also print how far
 their token log-probs are from the fp32 model's on real text (GSM8K test solutions), which is the
 sampler/learner mismatch the loss's importance weight would see from an fp32 sampler. ``-bf16grads``
-variants round only the operands of the layers' gradient contractions (``model.dot_dtype =
-"bfloat16_grads"``): their forward is the fp32 one (the printed gap is 0) and they also print how far
-their parameter gradient is from the fp32 learner's on the step's own batch.
+variants round only the operands of the gradient contractions, the output head's included
+(``model.dot_dtype = "bfloat16_grads"``): their forward is the fp32 one (the printed gap is 0). Both
+kinds also print how far the gradient of those log-probs is from the fp32 model's, on the same text.
 tokens/s counts sequence tokens (what the samples hold), not the padded or packed positions a side
 computes:
 
