@@ -132,23 +132,28 @@ def test_bf16_operand_matmul_rounds_the_operands_of_the_forward_and_both_gradien
         matmul(x, w.astype(jnp.bfloat16), "bfloat16")
 
 
+def _logprobs_and_gradient(params, config, ids):
+    """Token log-probs of ``ids`` under ``config`` and the gradient of their sum, flattened (float64)."""
+    mask = np.ones_like(ids, bool)
+    grad = jax.grad(lambda p: jnp.sum(token_logprobs(p, config, ids, mask)))(params)
+    return (np.asarray(token_logprobs(params, config, ids, mask)),
+            np.concatenate([np.ravel(a) for a in jax.tree.leaves(grad)]).astype(np.float64))
+
+
+def _cosine(a, b):
+    return a @ b / np.linalg.norm(a) / np.linalg.norm(b)
+
+
 def test_bf16_dots_keep_logprobs_and_gradients_near_fp32(tiny_model):
     """``dot_dtype="bfloat16"``: token log-probs and the parameter gradient of their sum stay close to
     the fp32 model's (the output head and attention are untouched), but are not the same numbers."""
     params, config = tiny_model
     ids = np.random.RandomState(2).randint(0, config.vocab_size, (2, 24))
-    mask = np.ones_like(ids, bool)
-    dots = dataclasses.replace(config, dot_dtype="bfloat16")
-
-    def total(p, c):
-        return jnp.sum(token_logprobs(p, c, ids, mask))
-
-    (lp32, g32), (lp16, g16) = [(np.asarray(token_logprobs(params, c, ids, mask)), jax.grad(total)(params, c))
-                                for c in (config, dots)]
+    (lp32, flat32), (lp16, flat16) = (_logprobs_and_gradient(params, c, ids)
+                                      for c in (config, dataclasses.replace(config, dot_dtype="bfloat16")))
     gap = np.abs(lp16 - lp32)[:, 1:]
     assert 1e-6 < gap.max() < 0.05, gap.max()
-    flat32, flat16 = (np.concatenate([np.ravel(a) for a in jax.tree.leaves(g)]).astype(np.float64) for g in (g32, g16))
-    cosine = flat32 @ flat16 / np.linalg.norm(flat32) / np.linalg.norm(flat16)
+    cosine = _cosine(flat32, flat16)
     assert cosine > 0.99 and np.abs(flat16 - flat32).max() > 1e-4 * np.abs(flat32).max(), cosine
 
 
@@ -182,18 +187,14 @@ def test_bf16_grads_keep_the_logprobs_and_round_only_the_gradient(tiny_model):
     ids = np.random.RandomState(5).randint(0, config.vocab_size, (2, 24))
     mask = np.ones_like(ids, bool)
     grads16 = dataclasses.replace(config, dot_dtype="bfloat16_grads")
-
-    def total(p, c):
-        return jnp.sum(token_logprobs(p, c, ids, mask))
-
-    np.testing.assert_array_equal(token_logprobs(params, grads16, ids, mask), token_logprobs(params, config, ids, mask))
-    g32, g16 = jax.grad(total)(params, config), jax.grad(total)(params, grads16)
-    flat32, flat16 = (np.concatenate([np.ravel(a) for a in jax.tree.leaves(g)]).astype(np.float64) for g in (g32, g16))
-    cosine = flat32 @ flat16 / np.linalg.norm(flat32) / np.linalg.norm(flat16)
+    (lp32, flat32), (lp16, flat16) = (_logprobs_and_gradient(params, c, ids) for c in (config, grads16))
+    np.testing.assert_array_equal(lp16, lp32)
+    cosine = _cosine(flat32, flat16)
     assert cosine > 0.999 and np.abs(flat16 - flat32).max() > 1e-4 * np.abs(flat32).max(), cosine
     forward = _dots_by_operand_dtype(jax.make_jaxpr(lambda p: token_logprobs(p, grads16, ids, mask))(params))
     assert set(forward) == {"float32"}, forward
-    backward = _dots_by_operand_dtype(jax.make_jaxpr(jax.grad(lambda p: total(p, grads16)))(params))
+    grad = jax.grad(lambda p: jnp.sum(token_logprobs(p, grads16, ids, mask)))
+    backward = _dots_by_operand_dtype(jax.make_jaxpr(grad)(params))
     assert backward.get("bfloat16") == 2 * 7 + 2, backward
 
 
