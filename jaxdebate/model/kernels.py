@@ -57,11 +57,15 @@ def _matmul_bwd(operands, grad_operands, residuals, g):
     if rows_x.dtype == F32:
         dk = jnp.einsum("ni,no->io", rows_x, rows_g, preferred_element_type=F32)
     else:
-        # the same contraction over a unit axis as well: XLA:CPU then lowers bf16 operands to its fast
-        # GEMM instead of a ~4x slower one (float32 keeps the plain form: this one is no faster there
-        # and gives other bits)
-        dk = jnp.einsum("cni,cno->io", rows_x[None], rows_g[None], preferred_element_type=F32)
+        dk = bf16_rows_contraction(rows_x, rows_g)
     return dx, dk.astype(dk_dtype)
+
+
+def bf16_rows_contraction(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``a [N, i]^T @ b [N, o]`` in float32 for bf16 operands (a weight gradient): the same contraction
+    over a unit axis as well, which XLA:CPU lowers to its fast bf16 GEMM instead of a ~4x slower one
+    (float32 keeps the plain form: this one is no faster there and gives other bits)."""
+    return jnp.einsum("cni,cno->io", a[None], b[None], preferred_element_type=F32)
 
 
 matmul.defvjp(_matmul_fwd, _matmul_bwd)

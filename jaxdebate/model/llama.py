@@ -222,7 +222,7 @@ class Llama(nn.Module):
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, dt)
         # bf16 operands in the backward (model.dot_dtype bfloat16 or bfloat16_grads): XLA:CPU runs the
         # backward of the layers written out one after another faster than that of a loop over them
-        # (~1.7x with bf16 dots, ~5% of the step with bf16 gradients), for ~10 s more compilation per
+        # (~1.7x with bf16 dots, ~5% of the step with bf16 gradients), for ~12 s more compilation per
         # program shape (float32: no faster, and its forward slower; bench/README "train_step", "bf16
         # gradient contractions")
         self.layers = nn.scan(

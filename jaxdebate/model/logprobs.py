@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdebate.model.config import LlamaConfig
-from jaxdebate.model.kernels import F32
+from jaxdebate.model.kernels import F32, bf16_rows_contraction
 from jaxdebate.model.llama import Params, compute_dtype, forward, head_matmul, head_weights
 
 DEFAULT_CHUNK = 1024
@@ -67,11 +67,7 @@ def _chunk_stats_bwd(tied, with_entropy, keep, grad_operands, residuals, cotange
         return d_weights, d_hidden, None, None
     d, w, h = (x.astype(grad_operands) for x in (d_logits, weights, hidden))
     d_hidden = jnp.einsum("cv,vd->cd" if tied else "cv,dv->cd", d, w, preferred_element_type=F32)
-    # over a unit axis as well, as kernels.matmul's weight gradient: XLA:CPU's fast bf16 GEMM
-    if tied:
-        d_weights = jnp.einsum("ucv,ucd->vd", d[None], h[None], preferred_element_type=F32)
-    else:
-        d_weights = jnp.einsum("ucd,ucv->dv", h[None], d[None], preferred_element_type=F32)
+    d_weights = bf16_rows_contraction(d, h) if tied else bf16_rows_contraction(h, d)
     return d_weights.astype(weights.dtype), d_hidden.astype(hidden.dtype), None, None
 
 
