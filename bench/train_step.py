@@ -91,10 +91,10 @@ def sequence_tokens(samples) -> int:
 # --------------------------------------------------------------------------------------------- jax
 
 
-def run_jax(args) -> dict:
-    import jax
-    import numpy as np
-
+def jax_step(args, *, with_gap: bool = False):
+    """Our side of ``args.variant``, ready to step: ``(learner, state, micro_batches, stats, config, gap)``
+    (``gap``: :func:`text_logprob_gap` for the bf16 variants when ``with_gap``, else None).
+    bench/step_profile.py traces the same step."""
     from jaxdebate.config import LossConfig, OptimizerConfig, PolicyLoraConfig
     from jaxdebate.model import load
     from jaxdebate.rl.batching import Sample, make_microbatches
@@ -104,7 +104,7 @@ def run_jax(args) -> dict:
     dots = {"bf16dots": "bfloat16", "bf16grads": "bfloat16_grads"}.get(args.variant.rsplit("-", 1)[-1], "compute")
     params, config = load(str(hf_dir()), dtype=dtype, dot_dtype=dots, remat=args.remat)
     # before the learner takes the parameters (its update donates them)
-    gap = text_logprob_gap(params, config) if dots != "compute" else None
+    gap = text_logprob_gap(params, config) if with_gap and dots != "compute" else None
     samples = [Sample(*s) for s in make_samples(args)]
     max_len = args.length if args.workload == "uniform" else 512
     mbs, stats = make_microbatches(samples, max_len=max_len, rows_cap=len(samples), max_tokens=args.max_tokens,
@@ -112,7 +112,14 @@ def run_jax(args) -> dict:
     lora = PolicyLoraConfig(rank=16, alpha=32.0) if args.variant.endswith("lora") else None  # q, k, v, o
     learner = Learner(config, LossConfig(beta=BETA, clip_eps=CLIP, importance_weight_cap=CAP),
                       OptimizerConfig(peak_lr=1e-6, end_lr=1e-6, grad_clip=1.0), 100, lora=lora)
-    state = learner.init_state(params)
+    return learner, learner.init_state(params), mbs, stats, config, gap
+
+
+def run_jax(args) -> dict:
+    import jax
+    import numpy as np
+
+    learner, state, mbs, stats, config, gap = jax_step(args, with_gap=True)
     base = rss_gb()
     t0 = time.perf_counter()
     state, m = learner.update(state, mbs)
