@@ -114,8 +114,9 @@ def shared_time(spans) -> dict[int, float]:
 
 
 def summarise(trace_dir: str, programs: dict[str, str]) -> dict:
-    """Thread busy times and op thread-time by category from the trace in ``trace_dir``; ``programs``
-    maps an HLO module name to its compiled text."""
+    """Thread busy times and the step's wall time by category and call path (:func:`shared_time`) from
+    the trace in ``trace_dir``; ``programs`` maps part of an HLO module's name (``accumulate``,
+    ``apply``) to its compiled text."""
     from jax.profiler import ProfileData
 
     files = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)
@@ -123,7 +124,7 @@ def summarise(trace_dir: str, programs: dict[str, str]) -> dict:
         raise RuntimeError(f"no trace written under {trace_dir}")
     plane = next(p for p in ProfileData.from_file(files[0]).planes if p.name == "/host:CPU")
     paths = {module: op_names(text) for module, text in programs.items()}
-    spans = []  # (start, end, category, (op, path)) of every innermost op on either thread
+    spans = []  # (start, end, category, call path or else op name) of every innermost op on either thread
     busy = []
     for line in plane.lines:
         if "XLAEigen" not in line.name:  # XLA's intra-op worker threads
