@@ -31,13 +31,13 @@ import glob
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import train_step  # bench/train_step.py: the workload and our side of each variant
+from common import child_result
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = tuple(v for v in train_step.VARIANTS if v.startswith("jax"))
@@ -65,8 +65,8 @@ def category(module: str, path: str | None) -> tuple[str, str, str]:
         part = "layers, other"
     else:
         part = "head and loss"
-    return part, "backward" if path and "transpose(" in path else "forward", \
-        "GEMM" if path and "dot_general" in path else "other"
+    pass_ = "update" if part == "optimiser" else "backward" if path and "transpose(" in path else "forward"
+    return part, pass_, "GEMM" if path and "dot_general" in path else "other"
 
 
 def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -202,7 +202,7 @@ def report(variant: str, r: dict, top: int) -> None:
     total = sum(table.values())
     print(f"  {'wall time (s) by part':<24}{'pass':<10}{'GEMM':>10}{'other':>11}")
     for part in PARTS:
-        for pass_ in ("forward", "backward"):
+        for pass_ in ("forward", "backward", "update"):
             gemm, other = table.get((part, pass_, "GEMM"), 0.0), table.get((part, pass_, "other"), 0.0)
             if gemm + other >= 0.005:
                 print(f"  {part:<24}{pass_:<10}{gemm:>10.2f}{other:>11.2f}")
@@ -241,12 +241,10 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--variant", variant, "--workload", args.workload, "--batch",
                str(args.batch), "--length", str(args.length), "--prompt", str(args.prompt), "--prompts",
                str(args.prompts), "--max-tokens", str(args.max_tokens), "--remat", args.remat]
-        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
-        lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-        if out.returncode or not lines:
-            print(f"{variant} failed:\n{out.stderr[-3000:]}", file=sys.stderr)
+        result = child_result(cmd, cwd=ROOT, env=env, label=variant)
+        if result is None:
             continue
-        results[variant] = json.loads(lines[-1][7:])
+        results[variant] = result
         if len(results) == 1:
             print(f"CPU: {results[variant]['cpu']}")
         report(variant, results[variant], args.top)
