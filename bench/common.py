@@ -3,8 +3,11 @@ form torch, TRL and vLLM load) under ``$JAXDEBATE_CACHE/bench-<model>-hf``."""
 
 from __future__ import annotations
 
+import json
 import re
 import resource
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -24,3 +27,14 @@ def hf_dir(model: str = "smollm2") -> Path:
         params, config = load(model)
         export_hf(params, config, out, tokenizer=load_tokenizer("smollm2"))
     return out
+
+
+def child_result(cmd: list[str], *, cwd: Path, env: dict, label: str) -> dict | None:
+    """Run one variant's child process; the JSON of its last ``RESULT `` line, or None (its stderr's tail
+    printed under ``label``) when it failed."""
+    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    if out.returncode or not lines:
+        print(f"{label} failed:\n{out.stderr[-3000:]}", file=sys.stderr)
+        return None
+    return json.loads(lines[-1][len("RESULT "):])

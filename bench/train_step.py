@@ -44,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import hf_dir, rss_gb  # bench/common.py (the script's folder is on sys.path)
+from common import child_result, hf_dir, rss_gb  # bench/common.py (the script's folder is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("jax-fp32", "jax-fp32-packed", "jax-fp32-packed-lora", "torch-fp32", "torch-fp32-packed", "jax-bf16",
@@ -428,12 +428,10 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--variant", variant, "--batch", str(args.batch), "--length",
                str(args.length), "--prompt", str(args.prompt), "--steps", str(args.steps), "--remat", args.remat,
                "--workload", args.workload, "--max-tokens", str(args.max_tokens), "--prompts", str(args.prompts)]
-        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
-        lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-        if out.returncode or not lines:
-            print(f"{variant} failed:\n{out.stderr[-3000:]}", file=sys.stderr)
+        result = child_result(cmd, cwd=ROOT, env=env, label=variant)
+        if result is None:
             continue
-        results[variant] = json.loads(lines[-1][7:])
+        results[variant] = result
         r = results[variant]
         print(f"{variant:<20} step {r['step_s']:7.2f} s  {tokens / r['step_s']:7.1f} tokens/s  first step "
               f"{r['first_step_s']:7.2f} s  peak RSS {r['peak_rss_gb']:5.2f} GB (after load "
