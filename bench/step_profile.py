@@ -6,7 +6,7 @@ steps (the first compiles), then one step under ``jax.profiler``. From the trace
 every executed HLO op with its module) and the compiled programs' HLO metadata it prints:
 
 - the traced step's wall time next to the untraced one's, and how long each XLA worker thread was
-  busy (its thread-pool regions and ops) and how long both were: both busy for most of the step
+  busy (its thread-pool regions and ops) and how long all were at once: all busy for most of the step
   means the step is bound by its arithmetic, not by waiting on Python, the scheduler or memory
   allocation;
 - the step's wall time split over its ops by part (MLP; attention projections; attention core:
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import glob
 import json
 import os
@@ -83,15 +84,18 @@ def _length(intervals) -> int:
     return sum(e - s for s, e in intervals)
 
 
-def _overlap(a, b) -> int:
-    i = j = total = 0
+def _intersection(a, b) -> list[tuple[int, int]]:
+    """The intervals both sorted, disjoint interval lists ``a`` and ``b`` cover."""
+    out, i, j = [], 0, 0
     while i < len(a) and j < len(b):
-        total += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if end > start:
+            out.append((start, end))
         if a[i][1] < b[j][1]:
             i += 1
         else:
             j += 1
-    return total
+    return out
 
 
 def shared_time(spans) -> dict[int, float]:
@@ -147,7 +151,7 @@ def summarise(trace_dir: str, programs: dict[str, str]) -> dict:
             path = next((p[op] for m, p in paths.items() if m in module and op in p), None)
             spans.append((s, e, category(module, path), path or op))
         busy.append(_union(regions + [(s, e) for s, e, _, _ in ops]))
-    both = _overlap(busy[0], busy[1]) if len(busy) == 2 else 0
+    all_busy = functools.reduce(_intersection, busy) if busy else []
     any_busy = _length(_union([iv for b in busy for iv in b]))
     with_op = _length(_union([(s, e) for s, e, _, _ in spans]))
     by_cat: collections.Counter = collections.Counter()
@@ -155,7 +159,7 @@ def summarise(trace_dir: str, programs: dict[str, str]) -> dict:
     for i, share in shared_time(spans).items():
         by_cat[spans[i][2]] += share
         by_path[spans[i][3]] += share
-    return {"busy_s": [_length(b) / 1e9 for b in busy], "both_busy_s": both / 1e9,
+    return {"busy_s": [_length(b) / 1e9 for b in busy], "all_busy_s": _length(all_busy) / 1e9,
             "no_op_s": (any_busy - with_op) / 1e9,
             "categories": [[*k, v / 1e9] for k, v in by_cat.items()],
             "paths": [[path, v / 1e9] for path, v in by_path.most_common(60)]}
@@ -195,7 +199,8 @@ def run_child(args) -> dict:
 def report(variant: str, r: dict, top: int) -> None:
     busy = ", ".join(f"{b:.1f}" for b in r["busy_s"])
     print(f"{variant}: traced step {r['traced_s']:.2f} s (untraced {r['step_s']:.2f} s, first "
-          f"{r['first_step_s']:.1f} s); XLA threads busy {busy} s, both at once {r['both_busy_s']:.1f} s")
+          f"{r['first_step_s']:.1f} s); XLA threads busy {busy} s, all {len(r['busy_s'])} at once "
+          f"{r['all_busy_s']:.1f} s")
     table: dict = collections.defaultdict(float)
     for part, pass_, kind, seconds in r["categories"]:
         table[(part, pass_, kind)] += seconds
@@ -248,9 +253,10 @@ def main() -> None:
         if len(results) == 1:
             print(f"CPU: {results[variant]['cpu']}")
         report(variant, results[variant], args.top)
-    first = next(iter(results.values()), None)
-    for variant, r in list(results.items())[1:]:
-        print(f"traced step {variant}/{args.variants[0]}: {r['traced_s'] / first['traced_s']:.2f} "
+    names = list(results)  # the variants that ran, the first of them the peer
+    for variant in names[1:]:
+        r, first = results[variant], results[names[0]]
+        print(f"traced step {variant}/{names[0]}: {r['traced_s'] / first['traced_s']:.2f} "
               f"(untraced {r['step_s'] / first['step_s']:.2f})")
 
 
