@@ -223,13 +223,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["jax-fp32", "jax-fp32-bf16grads"])
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # child process
-    parser.add_argument("--workload", default="uniform", choices=("uniform", "debate"))
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--length", type=int, default=512)
-    parser.add_argument("--prompt", type=int, default=128)
-    parser.add_argument("--prompts", type=int, default=2, help="debate workload: prompts per step")
-    parser.add_argument("--max-tokens", type=int, default=16384, help="row positions per micro-batch")
-    parser.add_argument("--remat", default="none", choices=("none", "full", "dots"))
+    train_step.add_workload_args(parser)
     parser.add_argument("--top", type=int, default=12, help="longest call paths listed per variant")
     args = parser.parse_args()
     if args.variant:
@@ -243,9 +237,7 @@ def main() -> None:
     print(f"host memory: {host_memory.describe(env)}; XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}", flush=True)
     results = {}
     for variant in args.variants:
-        cmd = [sys.executable, __file__, "--variant", variant, "--workload", args.workload, "--batch",
-               str(args.batch), "--length", str(args.length), "--prompt", str(args.prompt), "--prompts",
-               str(args.prompts), "--max-tokens", str(args.max_tokens), "--remat", args.remat]
+        cmd = [sys.executable, __file__, "--variant", variant, *train_step.workload_argv(args)]
         result = child_result(cmd, cwd=ROOT, env=env, label=variant)
         if result is None:
             continue

@@ -375,20 +375,33 @@ def trainer_step(args) -> None:
 # -------------------------------------------------------------------------------------------- main
 
 
+def add_workload_args(parser: argparse.ArgumentParser) -> None:
+    """The workload's options (what :func:`make_samples` and :func:`jax_step` read); bench/step_profile.py
+    takes the same."""
+    parser.add_argument("--workload", default="uniform", choices=("uniform", "debate"),
+                        help="uniform: --batch x --length; debate: a configs/arithmetic step (see make_samples)")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--length", type=int, default=512)
+    parser.add_argument("--prompt", type=int, default=128)
+    parser.add_argument("--prompts", type=int, default=2, help="debate workload: prompts per step (24 turns each)")
+    parser.add_argument("--max-tokens", type=int, default=16384, help="jax: row positions per micro-batch")
+    parser.add_argument("--remat", default="none", choices=("none", "full", "dots"))
+
+
+def workload_argv(args) -> list[str]:
+    """:func:`add_workload_args`' options as parsed, for a variant's child process."""
+    return ["--workload", args.workload, "--batch", str(args.batch), "--length", str(args.length), "--prompt",
+            str(args.prompt), "--prompts", str(args.prompts), "--max-tokens", str(args.max_tokens), "--remat",
+            args.remat]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", nargs="+", choices=VARIANTS,
                         default=[v for v in VARIANTS if not v.endswith(("bf16dots", "bf16grads"))])
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # child process
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--length", type=int, default=512)
-    parser.add_argument("--prompt", type=int, default=128)
+    add_workload_args(parser)
     parser.add_argument("--steps", type=int, default=2, help="timed steps after the first (median)")
-    parser.add_argument("--remat", default="none", choices=("none", "full", "dots"))
-    parser.add_argument("--workload", default="uniform", choices=("uniform", "debate"),
-                        help="uniform: --batch x --length; debate: a configs/arithmetic step (see make_samples)")
-    parser.add_argument("--max-tokens", type=int, default=16384, help="jax: row positions per micro-batch")
-    parser.add_argument("--prompts", type=int, default=2, help="debate workload: prompts per step (24 turns each)")
     parser.add_argument("--trainer-step", action="store_true")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--set", nargs="*", default=[], help="extra overrides for --trainer-step")
@@ -425,9 +438,7 @@ def main() -> None:
     print(f"workload {args.workload}: {len(make_samples(args))} samples, {tokens} sequence tokens", flush=True)
     results = {}
     for variant in args.variants:
-        cmd = [sys.executable, __file__, "--variant", variant, "--batch", str(args.batch), "--length",
-               str(args.length), "--prompt", str(args.prompt), "--steps", str(args.steps), "--remat", args.remat,
-               "--workload", args.workload, "--max-tokens", str(args.max_tokens), "--prompts", str(args.prompts)]
+        cmd = [sys.executable, __file__, "--variant", variant, "--steps", str(args.steps), *workload_argv(args)]
         result = child_result(cmd, cwd=ROOT, env=env, label=variant)
         if result is None:
             continue
