@@ -122,18 +122,19 @@ def _attend_fwd(q, k, v, mask, blocks=1):
         outs.append(jnp.einsum("bkgts,bksd->bkgtd", p.astype(v.dtype), v[:, :, :n], preferred_element_type=F32))
         probs.append(p)
     out = outs[0] if blocks == 1 else jnp.concatenate(outs, axis=3)
-    return out, (q, k, v, tuple(probs), mask)
+    return out, (q, k, v, tuple(probs))
 
 
 def _attend_bwd(blocks, residuals, d_out):
-    q, k, v, probs, mask = residuals
+    q, k, v, probs = residuals
     d_q, d_k, d_v = [], jnp.zeros(k.shape, F32), jnp.zeros(v.shape, F32)
     for (rows, n), p in zip(_query_blocks(q.shape[3], k.shape[2], blocks), probs):
         g = d_out[:, :, :, rows]
         d_v = d_v.at[:, :, :n].add(jnp.einsum("bkgts,bkgtd->bksd", p, g, preferred_element_type=F32))
         d_probs = jnp.einsum("bkgtd,bksd->bkgts", g, v[:, :, :n], preferred_element_type=F32)
+        # no mask pass: a masked key's p is exactly 0 (its score was float32's minimum), so is its d_scores;
+        # a query with no visible key gets no gradient from the loss (d_out = 0), hence d_scores = 0
         d_scores = p * (d_probs - jnp.sum(d_probs * p, axis=-1, keepdims=True))
-        d_scores = jnp.where(mask[:, rows, :n][:, None, None], d_scores, 0.0)  # masked scores were constants
         d_q.append(jnp.einsum("bkgts,bksd->bkgtd", d_scores, k[:, :, :n], preferred_element_type=F32))
         d_k = d_k.at[:, :, :n].add(jnp.einsum("bkgts,bkgtd->bksd", d_scores, q[:, :, :, rows],
                                               preferred_element_type=F32))
