@@ -4,6 +4,8 @@ Both sides take one optimiser step (AdamW) on the same batch (``--batch`` sequen
 tokens: a ``--prompt``-token prompt + completion, loss on the completion) with the same loss: clipped
 ratio x truncated importance weight vs sampler log-probs, k3 KL to a reference copy of the weights
 (beta 0.03, reference forward included), token-mean aggregation, grad-norm clip 1.0, entropy logged.
+Both run the output head on the completions only: ours on each row's loss window (a power of two or
+1.5 times one), torch from the shortest prompt's end on (``logits_to_keep``, as TRL does).
 Each variant runs in its own subprocess, one after another, so peak RSS is per variant.
 ``--workload debate`` is a configs/arithmetic step instead (48 turns of unequal lengths whose prompts
 repeat or extend each other): torch pads one batch to the longest sequence, ``jax-fp32`` pads each
@@ -249,15 +251,19 @@ def run_torch(args) -> dict:
         loss_mask[i, len(p):n] = True
         sampler_lp[i, len(p):n] = torch.from_numpy(lp)
     tokens, attention, loss_mask = tokens.to(device), attention.to(device), loss_mask.to(device)
-    mask = loss_mask[:, 1:].float()
+    # the output head only from the shortest prompt's last position on, as TRL's logits_to_keep runs it
+    # on the completions only (the loss never reads a prompt position's log-prob)
+    first = min(len(p) for p, _, _, _ in samples)
+    keep = width - first + 1
+    mask = loss_mask[:, first:].float()
     adv_t = torch.tensor([a for _, _, _, a in samples], device=device)[:, None]
-    smp = sampler_lp[:, 1:].to(device)
+    smp = sampler_lp[:, first:].to(device)
 
     def token_lp(m, with_entropy):
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-            logits = m(input_ids=tokens, attention_mask=attention).logits[:, :-1].float()
+            logits = m(input_ids=tokens, attention_mask=attention, logits_to_keep=keep).logits[:, :-1].float()
         logp = torch.log_softmax(logits, dim=-1)
-        lp = logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)
+        lp = logp.gather(-1, tokens[:, first:, None]).squeeze(-1)
         ent = -(logp.exp() * logp).sum(-1) if with_entropy else None
         return lp, ent
 
