@@ -79,9 +79,7 @@ def window_buckets(length: int, min_bucket: int = MIN_BUCKET) -> tuple[int, ...]
     below ``length``, then ``length``. Why finer than the rows' buckets: the window sets the output
     head's work, and a power-of-two window alone wastes up to half of it (384 completion tokens took
     512), for no more than twice the compiled shapes."""
-    sizes = {size for k in range(length.bit_length() + 1) for size in (1 << k, 3 << k)
-             if min(min_bucket, length) <= size < length}
-    return tuple(sorted(sizes)) + (length,)
+    return tuple(c for c in sizes_upto(length) if min(min_bucket, length) <= c < length) + (length,)
 
 
 def bucket_for(n: int, buckets: Sequence[int]) -> int:
