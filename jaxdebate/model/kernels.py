@@ -41,11 +41,24 @@ def _operands(x, kernel, operands):
 def _matmul_fwd(x, kernel, operands, grad_operands):
     # with ``operands`` or ``grad_operands`` the residuals are the rounded copies (half the activation
     # memory in bf16): the gradient contractions read nothing else
-    return matmul(x, kernel, operands, grad_operands), _operands(x, kernel, operands or grad_operands)
+    x_op, kernel_op = _operands(x, kernel, operands or grad_operands)
+    return matmul(x, kernel, operands, grad_operands), (_stash(x_op), _stash(kernel_op))
+
+
+def _stash(a: jax.Array) -> jax.Array:
+    """A bf16 residual as its uint16 bits (others as they are). Why: XLA:CPU runs bf16 element-wise
+    ops in f32, and for the layer scan's stacked residuals it hoisted that convert out of the backward
+    loop, so every stack was widened to f32 after the forward and narrowed again layer by layer (~3.5
+    s of a step with bf16 gradients, bench/README "bf16 residuals as their bits"); integers it leaves alone."""
+    return jax.lax.bitcast_convert_type(a, jnp.uint16) if a.dtype == jnp.bfloat16 else a
+
+
+def _unstash(a: jax.Array) -> jax.Array:
+    return jax.lax.bitcast_convert_type(a, jnp.bfloat16) if a.dtype == jnp.uint16 else a
 
 
 def _matmul_bwd(operands, grad_operands, residuals, g):
-    x, kernel = residuals
+    x, kernel = (_unstash(r) for r in residuals)
     rounded = operands or grad_operands
     # unrounded, the residuals carry the gradients' dtypes; rounded, they are the rounded copies, and
     # g's dtype is both: the output was cast to x's dtype, and _operands refused a kernel of another

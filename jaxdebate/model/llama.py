@@ -220,18 +220,12 @@ class Llama(nn.Module):
         if cfg.remat != "none":
             layer_cls = nn.remat(DecoderLayer, prevent_cse=False, policy=_remat_policy(cfg))
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, dt)
-        # bf16 operands in the backward (model.dot_dtype bfloat16 or bfloat16_grads): XLA:CPU runs the
-        # backward of the layers written out one after another faster than that of a loop over them
-        # (~1.7x with bf16 dots, ~5% of the step with bf16 gradients), for ~12 s more compilation per
-        # program shape (float32: no faster, and its forward slower; bench/README "train_step", "bf16
-        # gradient contractions")
         self.layers = nn.scan(
             layer_cls,
             variable_axes={"params": 0},
             split_rngs={"params": True},
             in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
             length=cfg.num_layers,
-            unroll=cfg.num_layers if cfg.dot_dtype != "compute" else 1,
         )(cfg)
         self.norm = RMSNorm(cfg.rms_norm_eps, dt)
         if not cfg.tie_word_embeddings:

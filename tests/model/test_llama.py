@@ -196,26 +196,35 @@ def test_bf16_grads_keep_the_logprobs_and_round_only_the_gradient(tiny_model):
     grad = jax.grad(lambda p: jnp.sum(token_logprobs(p, grads16, ids, mask)))
     backward = _dots_by_operand_dtype(jax.make_jaxpr(grad)(params))
     assert backward.get("bfloat16") == 2 * 7 + 2, backward
+    # the layer scan stacks the rounded residuals as uint16 bits, not as bf16 arrays (kernels._stash)
+    stacked = _scan_output_dtypes(jax.make_jaxpr(grad)(params))
+    assert "bfloat16" not in stacked and "uint16" in stacked, stacked
+
+
+def _equations(jaxpr):
+    """Every equation of a jaxpr, those of nested jaxprs (jit, scan, custom_vjp) included."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                    yield from _equations(sub.jaxpr)
+                elif isinstance(sub, jax.extend.core.Jaxpr):
+                    yield from _equations(sub)
+
+
+def _scan_output_dtypes(jaxpr) -> set[str]:
+    """The dtypes of every ``scan`` equation's outputs in a jaxpr."""
+    return {str(v.aval.dtype) for eqn in _equations(jaxpr.jaxpr) if eqn.primitive.name == "scan" for v in eqn.outvars}
 
 
 def _dots_by_operand_dtype(jaxpr) -> dict[str, int]:
-    """How many ``dot_general`` equations of a jaxpr (nested jaxprs included: jit, scan, custom_vjp)
-    take operands of each dtype."""
+    """How many ``dot_general`` equations of a jaxpr take operands of each dtype."""
     counts: dict[str, int] = {}
-
-    def walk(jp):
-        for eqn in jp.eqns:
-            if eqn.primitive.name == "dot_general":
-                key = str(eqn.invars[0].aval.dtype)
-                counts[key] = counts.get(key, 0) + 1
-            for value in eqn.params.values():
-                for sub in value if isinstance(value, (tuple, list)) else (value,):
-                    if isinstance(sub, jax.extend.core.ClosedJaxpr):
-                        walk(sub.jaxpr)
-                    elif isinstance(sub, jax.extend.core.Jaxpr):
-                        walk(sub)
-
-    walk(jaxpr.jaxpr)
+    for eqn in _equations(jaxpr.jaxpr):
+        if eqn.primitive.name == "dot_general":
+            key = str(eqn.invars[0].aval.dtype)
+            counts[key] = counts.get(key, 0) + 1
     return counts
 
 
