@@ -48,8 +48,8 @@ def _matmul_fwd(x, kernel, operands, grad_operands):
 def _stash(a: jax.Array) -> jax.Array:
     """A bf16 residual as its uint16 bits (others as they are). Why: XLA:CPU runs bf16 element-wise
     ops in f32, and for the layer scan's stacked residuals it hoisted that convert out of the backward
-    loop, so every stack was widened to f32 after the forward and narrowed again layer by layer (~3.5
-    s of a step with bf16 gradients, bench/README "bf16 residuals as their bits"); integers it leaves alone."""
+    loop, so every stack was widened to f32 after the forward and narrowed again layer by layer
+    (bench/README "bf16 residuals as their bits"); integer stacks it leaves alone."""
     return jax.lax.bitcast_convert_type(a, jnp.uint16) if a.dtype == jnp.bfloat16 else a
 
 
