@@ -289,7 +289,7 @@ class ModelConfig(Section):
     learner that drifts from its sampler"); ``dot_dtype`` ``bfloat16_grads`` rounds only the operands of
     the gradient contractions (projections and output head): the learner's forward and log-probs stay
     ``dtype``'s exactly, and the updates carry the rounding (~4e-3 relative in the gradient; off by
-    default; figures in bench/README "bf16 gradient contractions"); ``remat`` is the per-layer
+    default; figures in bench/README "bf16 residuals as their bits"); ``remat`` is the per-layer
     rematerialisation of the backward pass (``none``/``full``/``dots``); ``logprob_chunk`` is how many
     tokens the output head processes at once (the full logits are never materialised); ``lora`` with
     ``rank > 0`` trains an adapter on the frozen base (:class:`PolicyLoraConfig`).
