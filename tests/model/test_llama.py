@@ -194,10 +194,11 @@ def test_bf16_grads_keep_the_logprobs_and_round_only_the_gradient(tiny_model):
     forward = _dots_by_operand_dtype(jax.make_jaxpr(lambda p: token_logprobs(p, grads16, ids, mask))(params))
     assert set(forward) == {"float32"}, forward
     grad = jax.grad(lambda p: jnp.sum(token_logprobs(p, grads16, ids, mask)))
-    backward = _dots_by_operand_dtype(jax.make_jaxpr(grad)(params))
+    grad_jaxpr = jax.make_jaxpr(grad)(params)
+    backward = _dots_by_operand_dtype(grad_jaxpr)
     assert backward.get("bfloat16") == 2 * 7 + 2, backward
     # the layer scan stacks the rounded residuals as uint16 bits, not as bf16 arrays (kernels._stash)
-    stacked = _scan_output_dtypes(jax.make_jaxpr(grad)(params))
+    stacked = _scan_output_dtypes(grad_jaxpr)
     assert "bfloat16" not in stacked and "uint16" in stacked, stacked
 
 
