@@ -10,11 +10,16 @@ import pytest
 
 
 def pytest_configure(config):
-    """The tests build many short training runs (smoke runs, resume, sweep, in this process and in
+    """Each xdist worker gets a core of its own (``worker_cores``), before JAX starts its threads.
+
+    The tests build many short training runs (smoke runs, resume, sweep, in this process and in
     subprocesses) that compile the same tiny-model programs, and each new sampler or learner jits its
     functions afresh: all of them share one XLA persistent compilation cache for this session (what
     it saves: bench/README "The test suite's time"). Compile-count checks stay meaningful: JAX reports a cache
     hit as a backend compile too, and ``_cache_size`` counts traces."""
+    from worker_cores import pin_worker
+
+    pin_worker()
     if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
         cache = tempfile.mkdtemp(prefix="jaxdebate-tests-xla-")
         config._jaxdebate_xla_cache = cache

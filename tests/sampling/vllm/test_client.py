@@ -545,28 +545,16 @@ def test_killed_server_is_restarted_and_the_loop_keeps_its_steps(sampler, model,
         os.killpg(killed[0], 0)
 
 
-def test_a_sync_that_finds_the_server_dead_restarts_it_with_the_new_weights(sampler, model, prompts, ref):
-    """The weight sync shares the request path's recovery: a server killed between steps is restarted
-    by the next sync, which still lands (greedy == the JAX sampler on the new weights)."""
-    params, _ = model
-    new = perturb(params, "mlp", 0.5, 9)
-    expected = ref.greedy(new, prompts[:2], steps=64)[0]
-    restarts = sampler.restarts
-    os.kill(sampler.server.pid, signal.SIGKILL)
-    sampler.update_weights(new, 300)
-    assert sampler.restarts == restarts + 1 and sampler.syncs[-1].restarted
-    out = sampler.generate(prompts[:2], SamplingParams(temperature=0.0, max_tokens=64))
-    assert [list(r[0].token_ids) for r in out] == expected
-    assert {r[0].weight_version for r in out} == {300}
-    sampler.update_weights(params, 301)
-
-
-def test_a_run_on_a_shared_server_that_dies_goes_on_with_its_own(sampler, model, tokenizer, prompts, ref,
-                                                                 monkeypatch, tmp_path):
+def test_a_run_on_a_shared_server_that_dies_goes_on_with_its_own_and_the_owners_sync_restarts_it(
+        sampler, model, tokenizer, prompts, ref, monkeypatch, tmp_path):
     """A sweep's shared server (``jaxdebate.sampling.vllm.shared``; here the module's server, which is the
     one this config starts): a second sampler built with the same config samples on it instead of
     starting one, and when it dies mid-call goes on with a server of its own, which loads the last sync
-    and answers as the JAX sampler does."""
+    and answers as the JAX sampler does.
+
+    The owner finds its server dead only at its next weight sync (between steps): the sync shares the
+    request path's recovery, restarts the server and still lands (greedy == the JAX sampler on the new
+    weights). One kill serves both cases: a server start is the longest thing a test here waits for."""
     from jaxdebate.sampling.vllm.client import VLLMSampler
     from jaxdebate.sampling.vllm.shared import ENV, SharedServer, server_digest
 
@@ -592,7 +580,16 @@ def test_a_run_on_a_shared_server_that_dies_goes_on_with_its_own(sampler, model,
         assert killed and run.restarts == 1 and not run.server.external and run.stats()["sampler/shared_server"] == 0
         assert [list(r[0].token_ids) for r in out] == expected and {r[0].weight_version for r in out} == {1}
         assert (tmp_path / "run" / "vllm" / "server.log").is_file()
-    sampler.update_weights(params, 2)  # the module's server, killed above, is restarted by its next sync
+
+    new = perturb(params, "mlp", 0.5, 9)
+    expected = ref.greedy(new, prompts[:2], steps=64)[0]
+    restarts = sampler.restarts
+    sampler.update_weights(new, 300)
+    assert sampler.restarts == restarts + 1 and sampler.syncs[-1].restarted
+    out = sampler.generate(prompts[:2], SamplingParams(temperature=0.0, max_tokens=64))
+    assert [list(r[0].token_ids) for r in out] == expected
+    assert {r[0].weight_version for r in out} == {300}
+    sampler.update_weights(params, 301)
 
 
 def test_greedy_memo_streams_and_answers_repeats_once(sampler, model, prompts, ref):
