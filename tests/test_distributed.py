@@ -53,9 +53,9 @@ def _cmd(workdir: Path, *extra: str) -> list[str]:
 def _start_pair(workdir: Path, cache: Path, logs: Path) -> list[subprocess.Popen]:
     port = _free_port()
     procs = []
-    for i in range(2):
-        log = open(logs / f"{workdir.name}.{i}.log", "ab")
-        with whole_machine():
+    with whole_machine():
+        for i in range(2):
+            log = open(logs / f"{workdir.name}.{i}.log", "ab")
             procs.append(subprocess.Popen(
                 _cmd(workdir, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)),
                 cwd=ROOT, env=_env(cache, 1), stdout=log, stderr=subprocess.STDOUT,
